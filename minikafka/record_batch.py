@@ -1,0 +1,351 @@
+"""The record batch format shared by producer, broker and consumer.
+
+A batch is one `bytes` value: a fixed 65-byte header modelled on Kafka's v2 batch,
+followed by the records section. All integers are little-endian.
+
+    offset  size  field
+    0       8     base_offset            stamped by the leader
+    8       4     batch_length           bytes after this field (= total size - 12)
+    12      4     partition_leader_epoch stamped by the leader
+    16      1     magic                  MAGIC (2)
+    17      4     header_crc             CRC-32C of bytes [0, 17)
+    21      4     crc                    CRC-32C of bytes [25, end)
+    25      2     attributes             bits 0-2 compression, bit 3 timestamp type
+    27      4     last_offset_delta      record_count - 1
+    31      8     first_timestamp_ms
+    39      8     max_timestamp_ms
+    47      8     producer_id            -1 when not idempotent
+    55      2     producer_epoch
+    57      4     base_sequence          -1 when not idempotent
+    61      4     record_count
+    65      ...   records               msgpack array of [timestamp_delta_ms, key, value, headers]
+
+The main `crc` covers everything after itself, so the leader stamps base offset and
+leader epoch without touching it (as Kafka does); a second, 17-byte `header_crc`
+covers the stamped fields so that a flipped bit anywhere in a batch is detected. The
+broker validates headers and CRCs but never decodes records; the consumer decodes
+them with one msgspec call per batch (`decode_records`).
+"""
+
+from __future__ import annotations
+
+import enum
+import gzip
+import struct
+from collections.abc import Iterator, Sequence
+from typing import Final, TypeAlias
+
+import crc32c as _crc32c
+import msgspec
+
+from minikafka.errors import ErrorCode, MiniKafkaError
+
+MAGIC: Final = 2
+HEADER_SIZE: Final = 65
+#: Bytes of a batch not counted by `batch_length` (base_offset + batch_length).
+LENGTH_PREFIX_SIZE: Final = 12
+#: Smallest legal value of `batch_length`.
+MIN_BATCH_LENGTH: Final = HEADER_SIZE - LENGTH_PREFIX_SIZE
+
+_PREFIX = struct.Struct("<qiib")  # base_offset, batch_length, leader_epoch, magic (17 bytes)
+_HEADER = struct.Struct("<qiibIIhiqqqhii")
+_TAIL = struct.Struct("<hiqqqhii")  # attributes .. record_count (40 bytes, CRC-covered)
+_U32 = struct.Struct("<I")
+_HEADER_CRC_POS: Final = 17
+_CRC_POS: Final = 21
+_CRC_START: Final = 25
+_MAX_TIMESTAMP_POS: Final = 39
+
+assert _HEADER.size == HEADER_SIZE
+assert _PREFIX.size == _HEADER_CRC_POS
+
+_COMPRESSION_MASK: Final = 0x07
+_TIMESTAMP_TYPE_BIT: Final = 0x08
+
+#: One record as stored: (timestamp_delta_ms, key, value, headers).
+RecordTuple: TypeAlias = tuple[int, bytes | None, bytes | None, list[tuple[str, bytes]] | None]
+#: One record as given to `build_batch`: (timestamp_ms, key, value, headers).
+RecordInput: TypeAlias = tuple[
+    int, bytes | None, bytes | None, Sequence[tuple[str, bytes]] | None
+]
+
+
+class Compression(enum.IntEnum):
+    """Compression codec of the records section (Kafka's attribute numbering)."""
+
+    NONE = 0
+    GZIP = 1
+    LZ4 = 3
+    ZSTD = 4
+
+    @classmethod
+    def parse(cls, name: str | None) -> Compression:
+        """Map a `compression_type` setting (`none`, `gzip`, `lz4`, `zstd`) to a codec."""
+        normalized = (name or "none").strip().lower()
+        for member in cls:
+            if member.name.lower() == normalized:
+                return member
+        choices = ", ".join(m.name.lower() for m in cls)
+        raise ValueError(f"unknown compression type {name!r}; expected one of {choices}")
+
+
+class TimestampType(enum.IntEnum):
+    CREATE_TIME = 0
+    LOG_APPEND_TIME = 1
+
+
+class CorruptBatchError(MiniKafkaError):
+    """A batch failed validation: bad length, magic, CRC or header field."""
+
+    default_code = ErrorCode.CORRUPT_MESSAGE
+
+
+class BatchHeader(msgspec.Struct, frozen=True, kw_only=True):
+    """The decoded fixed header of one batch."""
+
+    base_offset: int
+    batch_length: int
+    leader_epoch: int
+    magic: int
+    header_crc: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    first_timestamp_ms: int
+    max_timestamp_ms: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    record_count: int
+
+    @property
+    def size(self) -> int:
+        """Total size of the batch in bytes."""
+        return self.batch_length + LENGTH_PREFIX_SIZE
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta + 1
+
+    @property
+    def compression(self) -> Compression:
+        return Compression(self.attributes & _COMPRESSION_MASK)
+
+    @property
+    def timestamp_type(self) -> TimestampType:
+        return TimestampType(1 if self.attributes & _TIMESTAMP_TYPE_BIT else 0)
+
+
+_records_encoder = msgspec.msgpack.Encoder()
+_records_decoder = msgspec.msgpack.Decoder(list[RecordTuple])
+
+
+def _compress(codec: Compression, data: bytes) -> bytes:
+    if codec is Compression.NONE:
+        return data
+    if codec is Compression.GZIP:
+        return gzip.compress(data, compresslevel=1)
+    if codec is Compression.LZ4:
+        import lz4.frame
+
+        return bytes(lz4.frame.compress(data))
+    import zstandard
+
+    return bytes(zstandard.ZstdCompressor(level=1).compress(data))
+
+
+def _decompress(codec: Compression, data: bytes | memoryview) -> bytes | memoryview:
+    try:
+        if codec is Compression.NONE:
+            return data
+        if codec is Compression.GZIP:
+            return gzip.decompress(data)
+        if codec is Compression.LZ4:
+            import lz4.frame
+
+            return bytes(lz4.frame.decompress(data))
+        import zstandard
+
+        return bytes(zstandard.ZstdDecompressor().decompress(data))
+    except Exception as exc:  # codec libraries raise assorted types on bad input
+        raise CorruptBatchError(f"cannot decompress {codec.name} records: {exc}") from exc
+
+
+def build_batch(
+    records: Sequence[RecordInput],
+    *,
+    base_offset: int = 0,
+    leader_epoch: int = -1,
+    compression: Compression = Compression.NONE,
+    timestamp_type: TimestampType = TimestampType.CREATE_TIME,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+) -> bytes:
+    """Encode `records` (each `(timestamp_ms, key, value, headers)`) as one batch.
+
+    The records section is one msgspec call; timestamps are stored as deltas from the
+    first record's timestamp.
+    """
+    if not records:
+        raise ValueError("a record batch needs at least one record")
+    first_timestamp_ms = records[0][0]
+    max_timestamp_ms = max(r[0] for r in records)
+    rows = [
+        (ts - first_timestamp_ms, key, value, list(headers) if headers else None)
+        for ts, key, value, headers in records
+    ]
+    body = _compress(compression, _records_encoder.encode(rows))
+    count = len(records)
+    attributes = int(compression) | (
+        _TIMESTAMP_TYPE_BIT if timestamp_type is TimestampType.LOG_APPEND_TIME else 0
+    )
+    tail = _TAIL.pack(
+        attributes,
+        count - 1,
+        first_timestamp_ms,
+        max_timestamp_ms,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        count,
+    )
+    crc = _crc32c.crc32c(body, _crc32c.crc32c(tail))
+    batch_length = HEADER_SIZE - LENGTH_PREFIX_SIZE + len(body)
+    prefix = _PREFIX.pack(base_offset, batch_length, leader_epoch, MAGIC)
+    header_crc = _crc32c.crc32c(prefix)
+    return b"".join((prefix, _U32.pack(header_crc), _U32.pack(crc), tail, body))
+
+
+def stamp_prefix(batch: bytes | memoryview, *, base_offset: int, leader_epoch: int) -> bytes:
+    """The first 21 bytes of `batch` restamped with a new base offset and leader epoch.
+
+    Writing `stamp_prefix(...)` followed by `batch[21:]` yields the stamped batch; the
+    main CRC stays valid because it covers only bytes from 25 on.
+    """
+    (batch_length,) = struct.unpack_from("<i", batch, 8)
+    prefix = _PREFIX.pack(base_offset, batch_length, leader_epoch, MAGIC)
+    return prefix + _U32.pack(_crc32c.crc32c(prefix))
+
+
+def stamp(
+    batch: bytes | memoryview,
+    *,
+    base_offset: int,
+    leader_epoch: int,
+    log_append_time_ms: int | None = None,
+) -> bytes:
+    """Return `batch` with a new base offset and leader epoch (and, for topics that use
+    LogAppendTime, the broker's timestamp, which requires recomputing the main CRC)."""
+    view = memoryview(batch)
+    prefix = stamp_prefix(view, base_offset=base_offset, leader_epoch=leader_epoch)
+    if log_append_time_ms is None:
+        return prefix + view[_CRC_POS:]
+    (attributes,) = struct.unpack_from("<h", view, _CRC_START)
+    covered = bytearray(view[_CRC_START:])
+    struct.pack_into("<h", covered, 0, attributes | _TIMESTAMP_TYPE_BIT)
+    struct.pack_into("<q", covered, _MAX_TIMESTAMP_POS - _CRC_START, log_append_time_ms)
+    return prefix + _U32.pack(_crc32c.crc32c(covered)) + bytes(covered)
+
+
+def parse_header(buf: bytes | memoryview, pos: int = 0, *, verify_crc: bool = True) -> BatchHeader:
+    """Decode and validate the batch that starts at `buf[pos]`.
+
+    Raises `CorruptBatchError` naming the problem when the batch is truncated, its
+    length, magic or a CRC is wrong, or its header fields are inconsistent.
+    """
+    available = len(buf) - pos
+    if available < HEADER_SIZE:
+        raise CorruptBatchError(
+            f"truncated batch at byte {pos}: {available} bytes, header needs {HEADER_SIZE}"
+        )
+    fields = _HEADER.unpack_from(buf, pos)
+    header = BatchHeader(
+        base_offset=fields[0],
+        batch_length=fields[1],
+        leader_epoch=fields[2],
+        magic=fields[3],
+        header_crc=fields[4],
+        crc=fields[5],
+        attributes=fields[6],
+        last_offset_delta=fields[7],
+        first_timestamp_ms=fields[8],
+        max_timestamp_ms=fields[9],
+        producer_id=fields[10],
+        producer_epoch=fields[11],
+        base_sequence=fields[12],
+        record_count=fields[13],
+    )
+    view = memoryview(buf)
+    if _crc32c.crc32c(view[pos : pos + _HEADER_CRC_POS]) != header.header_crc:
+        raise CorruptBatchError(f"header CRC mismatch in batch at byte {pos}")
+    if header.magic != MAGIC:
+        raise CorruptBatchError(f"unsupported magic {header.magic} in batch at byte {pos}")
+    if header.batch_length < MIN_BATCH_LENGTH:
+        raise CorruptBatchError(
+            f"batch length {header.batch_length} at byte {pos} is below the minimum "
+            f"{MIN_BATCH_LENGTH}"
+        )
+    if header.size > available:
+        raise CorruptBatchError(
+            f"truncated batch at byte {pos}: length says {header.size} bytes, "
+            f"{available} present"
+        )
+    if verify_crc:
+        end = pos + header.size
+        if _crc32c.crc32c(view[pos + _CRC_START : end]) != header.crc:
+            raise CorruptBatchError(f"CRC mismatch in batch at byte {pos}")
+    if header.record_count < 1:
+        raise CorruptBatchError(f"batch at byte {pos} has {header.record_count} records")
+    if header.last_offset_delta != header.record_count - 1:
+        raise CorruptBatchError(
+            f"batch at byte {pos}: last offset delta {header.last_offset_delta} does not "
+            f"match record count {header.record_count}"
+        )
+    if header.attributes & _COMPRESSION_MASK not in Compression._value2member_map_:
+        raise CorruptBatchError(
+            f"batch at byte {pos}: unsupported compression codec "
+            f"{header.attributes & _COMPRESSION_MASK}"
+        )
+    return header
+
+
+def iter_batches(
+    buf: bytes | memoryview, *, verify_crc: bool = True
+) -> Iterator[tuple[int, BatchHeader]]:
+    """Yield `(position, header)` for each batch of a concatenation of batches.
+
+    Every batch is validated; the first bad one raises `CorruptBatchError`, so a caller
+    that needs all-or-nothing semantics should consume the whole iterator first.
+    """
+    pos = 0
+    end = len(buf)
+    while pos < end:
+        header = parse_header(buf, pos, verify_crc=verify_crc)
+        yield pos, header
+        pos += header.size
+
+
+def decode_records(batch: bytes | memoryview) -> tuple[BatchHeader, list[RecordTuple]]:
+    """Validate one batch and decode its records (one msgspec call).
+
+    Returns the header and the records as `(timestamp_delta_ms, key, value, headers)`
+    tuples; record `i` has offset `header.base_offset + i` and timestamp
+    `header.first_timestamp_ms + timestamp_delta_ms` (or `header.max_timestamp_ms` for
+    LogAppendTime batches).
+    """
+    header = parse_header(batch)
+    body = _decompress(header.compression, memoryview(batch)[HEADER_SIZE : header.size])
+    try:
+        rows = _records_decoder.decode(body)
+    except msgspec.DecodeError as exc:
+        raise CorruptBatchError(f"cannot decode records: {exc}") from exc
+    if len(rows) != header.record_count:
+        raise CorruptBatchError(
+            f"batch says {header.record_count} records but holds {len(rows)}"
+        )
+    return header, rows
