@@ -65,7 +65,8 @@ class ErrorCode(enum.IntEnum):
 #: Codes a client may retry (possibly after refreshing metadata), as in Kafka.
 RETRIABLE_CODES: frozenset[ErrorCode] = frozenset(
     {
-        ErrorCode.CORRUPT_MESSAGE,  # Kafka marks it retriable: the bytes may have been damaged in flight
+        # Kafka marks CORRUPT_MESSAGE retriable: the bytes may have been damaged in flight.
+        ErrorCode.CORRUPT_MESSAGE,
         ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
         ErrorCode.LEADER_NOT_AVAILABLE,
         ErrorCode.NOT_LEADER_OR_FOLLOWER,

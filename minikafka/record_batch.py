@@ -65,9 +65,7 @@ _TIMESTAMP_TYPE_BIT: Final = 0x08
 #: One record as stored: (timestamp_delta_ms, key, value, headers).
 RecordTuple: TypeAlias = tuple[int, bytes | None, bytes | None, list[tuple[str, bytes]] | None]
 #: One record as given to `build_batch`: (timestamp_ms, key, value, headers).
-RecordInput: TypeAlias = tuple[
-    int, bytes | None, bytes | None, Sequence[tuple[str, bytes]] | None
-]
+RecordInput: TypeAlias = tuple[int, bytes | None, bytes | None, Sequence[tuple[str, bytes]] | None]
 
 
 class Compression(enum.IntEnum):
@@ -292,8 +290,7 @@ def parse_header(buf: bytes | memoryview, pos: int = 0, *, verify_crc: bool = Tr
         )
     if header.size > available:
         raise CorruptBatchError(
-            f"truncated batch at byte {pos}: length says {header.size} bytes, "
-            f"{available} present"
+            f"truncated batch at byte {pos}: length says {header.size} bytes, {available} present"
         )
     if verify_crc:
         end = pos + header.size
@@ -345,7 +342,5 @@ def decode_records(batch: bytes | memoryview) -> tuple[BatchHeader, list[RecordT
     except msgspec.DecodeError as exc:
         raise CorruptBatchError(f"cannot decode records: {exc}") from exc
     if len(rows) != header.record_count:
-        raise CorruptBatchError(
-            f"batch says {header.record_count} records but holds {len(rows)}"
-        )
+        raise CorruptBatchError(f"batch says {header.record_count} records but holds {len(rows)}")
     return header, rows

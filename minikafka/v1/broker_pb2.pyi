@@ -117,7 +117,8 @@ class PartitionProduceResponse(_message.Message):
     LOG_START_OFFSET_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     partition: _builtins.int
-    error_code: _common_pb2.ErrorCode.ValueType
+    error_code: _builtins.int
+    """an ErrorCode value"""
     error_message: _builtins.str
     base_offset: _builtins.int
     log_append_time_ms: _builtins.int
@@ -128,7 +129,7 @@ class PartitionProduceResponse(_message.Message):
         *,
         topic: _builtins.str = ...,
         partition: _builtins.int = ...,
-        error_code: _common_pb2.ErrorCode.ValueType = ...,
+        error_code: _builtins.int = ...,
         error_message: _builtins.str = ...,
         base_offset: _builtins.int = ...,
         log_append_time_ms: _builtins.int = ...,
@@ -285,7 +286,8 @@ class FetchPartitionResponse(_message.Message):
     LEADER_EPOCH_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     partition: _builtins.int
-    error_code: _common_pb2.ErrorCode.ValueType
+    error_code: _builtins.int
+    """an ErrorCode value"""
     error_message: _builtins.str
     high_watermark: _builtins.int
     log_start_offset: _builtins.int
@@ -299,7 +301,7 @@ class FetchPartitionResponse(_message.Message):
         *,
         topic: _builtins.str = ...,
         partition: _builtins.int = ...,
-        error_code: _common_pb2.ErrorCode.ValueType = ...,
+        error_code: _builtins.int = ...,
         error_message: _builtins.str = ...,
         high_watermark: _builtins.int = ...,
         log_start_offset: _builtins.int = ...,
@@ -402,7 +404,8 @@ class ListOffsetsPartitionResponse(_message.Message):
     LEADER_EPOCH_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     partition: _builtins.int
-    error_code: _common_pb2.ErrorCode.ValueType
+    error_code: _builtins.int
+    """an ErrorCode value"""
     error_message: _builtins.str
     offset: _builtins.int
     """-1 when no record has a timestamp >= the one asked for"""
@@ -413,7 +416,7 @@ class ListOffsetsPartitionResponse(_message.Message):
         *,
         topic: _builtins.str = ...,
         partition: _builtins.int = ...,
-        error_code: _common_pb2.ErrorCode.ValueType = ...,
+        error_code: _builtins.int = ...,
         error_message: _builtins.str = ...,
         offset: _builtins.int = ...,
         timestamp_ms: _builtins.int = ...,
@@ -638,13 +641,14 @@ class PartitionError(_message.Message):
     ERROR_CODE_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     partition: _builtins.int
-    error_code: _common_pb2.ErrorCode.ValueType
+    error_code: _builtins.int
+    """an ErrorCode value"""
     def __init__(
         self,
         *,
         topic: _builtins.str = ...,
         partition: _builtins.int = ...,
-        error_code: _common_pb2.ErrorCode.ValueType = ...,
+        error_code: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
@@ -660,13 +664,14 @@ class LeaderAndIsrResponse(_message.Message):
 
     ERROR_CODE_FIELD_NUMBER: _builtins.int
     PARTITIONS_FIELD_NUMBER: _builtins.int
-    error_code: _common_pb2.ErrorCode.ValueType
+    error_code: _builtins.int
+    """an ErrorCode value"""
     @_builtins.property
     def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___PartitionError]: ...
     def __init__(
         self,
         *,
-        error_code: _common_pb2.ErrorCode.ValueType = ...,
+        error_code: _builtins.int = ...,
         partitions: _abc.Iterable[Global___PartitionError] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
@@ -740,13 +745,14 @@ class StopReplicaResponse(_message.Message):
 
     ERROR_CODE_FIELD_NUMBER: _builtins.int
     PARTITIONS_FIELD_NUMBER: _builtins.int
-    error_code: _common_pb2.ErrorCode.ValueType
+    error_code: _builtins.int
+    """an ErrorCode value"""
     @_builtins.property
     def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___PartitionError]: ...
     def __init__(
         self,
         *,
-        error_code: _common_pb2.ErrorCode.ValueType = ...,
+        error_code: _builtins.int = ...,
         partitions: _abc.Iterable[Global___PartitionError] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
@@ -810,11 +816,12 @@ class UpdateMetadataResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     ERROR_CODE_FIELD_NUMBER: _builtins.int
-    error_code: _common_pb2.ErrorCode.ValueType
+    error_code: _builtins.int
+    """an ErrorCode value"""
     def __init__(
         self,
         *,
-        error_code: _common_pb2.ErrorCode.ValueType = ...,
+        error_code: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...

@@ -197,7 +197,8 @@ class PartitionMetadata(_message.Message):
     PARTITION_EPOCH_FIELD_NUMBER: _builtins.int
     STATE_FIELD_NUMBER: _builtins.int
     partition: _builtins.int
-    error_code: Global___ErrorCode.ValueType
+    error_code: _builtins.int
+    """an ErrorCode value"""
     leader: _builtins.int
     """-1 when the partition has no leader (offline)"""
     leader_epoch: _builtins.int
@@ -214,7 +215,7 @@ class PartitionMetadata(_message.Message):
         self,
         *,
         partition: _builtins.int = ...,
-        error_code: Global___ErrorCode.ValueType = ...,
+        error_code: _builtins.int = ...,
         leader: _builtins.int = ...,
         leader_epoch: _builtins.int = ...,
         replicas: _abc.Iterable[_builtins.int] | None = ...,
@@ -260,7 +261,8 @@ class TopicMetadata(_message.Message):
     PARTITIONS_FIELD_NUMBER: _builtins.int
     CONFIGS_FIELD_NUMBER: _builtins.int
     name: _builtins.str
-    error_code: Global___ErrorCode.ValueType
+    error_code: _builtins.int
+    """an ErrorCode value"""
     @_builtins.property
     def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___PartitionMetadata]: ...
     @_builtins.property
@@ -269,7 +271,7 @@ class TopicMetadata(_message.Message):
         self,
         *,
         name: _builtins.str = ...,
-        error_code: Global___ErrorCode.ValueType = ...,
+        error_code: _builtins.int = ...,
         partitions: _abc.Iterable[Global___PartitionMetadata] | None = ...,
         configs: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
     ) -> None: ...

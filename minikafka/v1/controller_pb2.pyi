@@ -82,7 +82,8 @@ class RegisterBrokerResponse(_message.Message):
     HEARTBEAT_INTERVAL_MS_FIELD_NUMBER: _builtins.int
     SESSION_TIMEOUT_MS_FIELD_NUMBER: _builtins.int
     CONTROLLER_EPOCH_FIELD_NUMBER: _builtins.int
-    error_code: _common_pb2.ErrorCode.ValueType
+    error_code: _builtins.int
+    """an ErrorCode value"""
     error_message: _builtins.str
     broker_epoch: _builtins.int
     heartbeat_interval_ms: _builtins.int
@@ -91,7 +92,7 @@ class RegisterBrokerResponse(_message.Message):
     def __init__(
         self,
         *,
-        error_code: _common_pb2.ErrorCode.ValueType = ...,
+        error_code: _builtins.int = ...,
         error_message: _builtins.str = ...,
         broker_epoch: _builtins.int = ...,
         heartbeat_interval_ms: _builtins.int = ...,
@@ -143,14 +144,15 @@ class BrokerHeartbeatResponse(_message.Message):
     IS_FENCED_FIELD_NUMBER: _builtins.int
     SHOULD_SHUT_DOWN_FIELD_NUMBER: _builtins.int
     CONTROLLER_EPOCH_FIELD_NUMBER: _builtins.int
-    error_code: _common_pb2.ErrorCode.ValueType
+    error_code: _builtins.int
+    """an ErrorCode value"""
     is_fenced: _builtins.bool
     should_shut_down: _builtins.bool
     controller_epoch: _builtins.int
     def __init__(
         self,
         *,
-        error_code: _common_pb2.ErrorCode.ValueType = ...,
+        error_code: _builtins.int = ...,
         is_fenced: _builtins.bool = ...,
         should_shut_down: _builtins.bool = ...,
         controller_epoch: _builtins.int = ...,
@@ -227,13 +229,14 @@ class AlterPartitionResponse(_message.Message):
 
     ERROR_CODE_FIELD_NUMBER: _builtins.int
     PARTITIONS_FIELD_NUMBER: _builtins.int
-    error_code: _common_pb2.ErrorCode.ValueType
+    error_code: _builtins.int
+    """an ErrorCode value"""
     @_builtins.property
     def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___AlterPartitionResult]: ...
     def __init__(
         self,
         *,
-        error_code: _common_pb2.ErrorCode.ValueType = ...,
+        error_code: _builtins.int = ...,
         partitions: _abc.Iterable[Global___AlterPartitionResult] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
@@ -257,7 +260,8 @@ class AlterPartitionResult(_message.Message):
     PARTITION_EPOCH_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     partition: _builtins.int
-    error_code: _common_pb2.ErrorCode.ValueType
+    error_code: _builtins.int
+    """an ErrorCode value"""
     leader: _builtins.int
     leader_epoch: _builtins.int
     partition_epoch: _builtins.int
@@ -268,7 +272,7 @@ class AlterPartitionResult(_message.Message):
         *,
         topic: _builtins.str = ...,
         partition: _builtins.int = ...,
-        error_code: _common_pb2.ErrorCode.ValueType = ...,
+        error_code: _builtins.int = ...,
         leader: _builtins.int = ...,
         leader_epoch: _builtins.int = ...,
         isr: _abc.Iterable[_builtins.int] | None = ...,
@@ -310,7 +314,8 @@ class ControlledShutdownResponse(_message.Message):
 
     ERROR_CODE_FIELD_NUMBER: _builtins.int
     REMAINING_PARTITIONS_FIELD_NUMBER: _builtins.int
-    error_code: _common_pb2.ErrorCode.ValueType
+    error_code: _builtins.int
+    """an ErrorCode value"""
     @_builtins.property
     def remaining_partitions(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.TopicPartition]:
         """Partitions the broker still leads (no other ISR member could take over)."""
@@ -318,7 +323,7 @@ class ControlledShutdownResponse(_message.Message):
     def __init__(
         self,
         *,
-        error_code: _common_pb2.ErrorCode.ValueType = ...,
+        error_code: _builtins.int = ...,
         remaining_partitions: _abc.Iterable[_common_pb2.TopicPartition] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
@@ -412,13 +417,14 @@ class TopicResult(_message.Message):
     ERROR_CODE_FIELD_NUMBER: _builtins.int
     ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
     name: _builtins.str
-    error_code: _common_pb2.ErrorCode.ValueType
+    error_code: _builtins.int
+    """an ErrorCode value"""
     error_message: _builtins.str
     def __init__(
         self,
         *,
         name: _builtins.str = ...,
-        error_code: _common_pb2.ErrorCode.ValueType = ...,
+        error_code: _builtins.int = ...,
         error_message: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
@@ -553,7 +559,8 @@ class DescribeClusterResponse(_message.Message):
     CONTROLLER_EPOCH_FIELD_NUMBER: _builtins.int
     BROKERS_FIELD_NUMBER: _builtins.int
     TOPICS_FIELD_NUMBER: _builtins.int
-    error_code: _common_pb2.ErrorCode.ValueType
+    error_code: _builtins.int
+    """an ErrorCode value"""
     cluster_id: _builtins.str
     controller_id: _builtins.int
     controller_epoch: _builtins.int
@@ -564,7 +571,7 @@ class DescribeClusterResponse(_message.Message):
     def __init__(
         self,
         *,
-        error_code: _common_pb2.ErrorCode.ValueType = ...,
+        error_code: _builtins.int = ...,
         cluster_id: _builtins.str = ...,
         controller_id: _builtins.int = ...,
         controller_epoch: _builtins.int = ...,
@@ -618,7 +625,8 @@ class ElectionResult(_message.Message):
     LEADER_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     partition: _builtins.int
-    error_code: _common_pb2.ErrorCode.ValueType
+    error_code: _builtins.int
+    """an ErrorCode value"""
     error_message: _builtins.str
     leader: _builtins.int
     def __init__(
@@ -626,7 +634,7 @@ class ElectionResult(_message.Message):
         *,
         topic: _builtins.str = ...,
         partition: _builtins.int = ...,
-        error_code: _common_pb2.ErrorCode.ValueType = ...,
+        error_code: _builtins.int = ...,
         error_message: _builtins.str = ...,
         leader: _builtins.int = ...,
     ) -> None: ...
@@ -644,13 +652,14 @@ class ElectLeadersResponse(_message.Message):
 
     ERROR_CODE_FIELD_NUMBER: _builtins.int
     RESULTS_FIELD_NUMBER: _builtins.int
-    error_code: _common_pb2.ErrorCode.ValueType
+    error_code: _builtins.int
+    """an ErrorCode value"""
     @_builtins.property
     def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___ElectionResult]: ...
     def __init__(
         self,
         *,
-        error_code: _common_pb2.ErrorCode.ValueType = ...,
+        error_code: _builtins.int = ...,
         results: _abc.Iterable[Global___ElectionResult] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
@@ -717,12 +726,13 @@ class AlterConfigsResponse(_message.Message):
 
     ERROR_CODE_FIELD_NUMBER: _builtins.int
     ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
-    error_code: _common_pb2.ErrorCode.ValueType
+    error_code: _builtins.int
+    """an ErrorCode value"""
     error_message: _builtins.str
     def __init__(
         self,
         *,
-        error_code: _common_pb2.ErrorCode.ValueType = ...,
+        error_code: _builtins.int = ...,
         error_message: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
@@ -763,13 +773,14 @@ class InitProducerIdResponse(_message.Message):
     ERROR_CODE_FIELD_NUMBER: _builtins.int
     PRODUCER_ID_FIELD_NUMBER: _builtins.int
     PRODUCER_EPOCH_FIELD_NUMBER: _builtins.int
-    error_code: _common_pb2.ErrorCode.ValueType
+    error_code: _builtins.int
+    """an ErrorCode value"""
     producer_id: _builtins.int
     producer_epoch: _builtins.int
     def __init__(
         self,
         *,
-        error_code: _common_pb2.ErrorCode.ValueType = ...,
+        error_code: _builtins.int = ...,
         producer_id: _builtins.int = ...,
         producer_epoch: _builtins.int = ...,
     ) -> None: ...

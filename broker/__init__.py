@@ -1,0 +1,1 @@
+"""The broker process: storage (`log/`), replication (`replica/`) and gRPC servicers (`server/`)."""

@@ -1,0 +1,269 @@
+"""Broker composition root: builds storage, replica manager, servicers and the gRPC server,
+owns the background tasks (one TaskGroup) and the shutdown order.
+
+Shutdown (SIGTERM/SIGINT): stop accepting requests, finish in-flight ones within a grace
+period, then flush every log, write checkpoints and the clean-shutdown marker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from prometheus_client import start_http_server
+
+from broker.clock import Clock, SystemClock
+from broker.config import BrokerConfig
+from broker.log.config import LogConfig
+from broker.log.manager import LogManager
+from broker.metadata_cache import BrokerInfo, MetadataCache
+from broker.replica.manager import ReplicaManager
+from broker.replica.partition import Role
+from broker.server.broker_servicer import BrokerServicer, ReplicaServicer
+from broker.server.metrics import BrokerMetrics, PartitionGaugeSource
+from broker.standalone import StandaloneController
+from minikafka.config import parse_host_port
+from minikafka.v1 import broker_pb2_grpc, common_pb2, controller_pb2
+
+logger = logging.getLogger(__name__)
+
+GRPC_OPTIONS = [
+    ("grpc.so_reuseport", 0),
+    ("grpc.max_send_message_length", 64 * 1024 * 1024),
+    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+]
+SHUTDOWN_GRACE_S = 5.0
+
+
+class StandaloneAdmin:
+    """AdminBackend over the standalone topic store."""
+
+    def __init__(
+        self, store: StandaloneController, endpoint: common_pb2.BrokerEndpoint, clock: Clock
+    ) -> None:
+        self._store = store
+        self._endpoint = endpoint
+        self._clock = clock
+
+    async def create_topics(
+        self, request: controller_pb2.CreateTopicsRequest
+    ) -> controller_pb2.CreateTopicsResponse:
+        return self._store.create_topics(request, now_ms=self._clock.monotonic_ms())
+
+    async def delete_topics(
+        self, request: controller_pb2.DeleteTopicsRequest
+    ) -> controller_pb2.DeleteTopicsResponse:
+        return self._store.delete_topics(request)
+
+    async def describe_cluster(
+        self, request: controller_pb2.DescribeClusterRequest
+    ) -> controller_pb2.DescribeClusterResponse:
+        return self._store.describe_cluster(request, self._endpoint)
+
+    async def elect_leaders(
+        self, request: controller_pb2.ElectLeadersRequest
+    ) -> controller_pb2.ElectLeadersResponse:
+        return self._store.elect_leaders(request)
+
+    async def alter_configs(
+        self, request: controller_pb2.AlterConfigsRequest
+    ) -> controller_pb2.AlterConfigsResponse:
+        return self._store.alter_configs(request)
+
+    async def init_producer_id(
+        self, request: controller_pb2.InitProducerIdRequest
+    ) -> controller_pb2.InitProducerIdResponse:
+        return self._store.init_producer_id(request)
+
+
+def _default_log_config(config: BrokerConfig) -> LogConfig:
+    return LogConfig(
+        segment_bytes=config.log_segment_bytes,
+        retention_ms=config.log_retention_ms,
+        retention_bytes=config.log_retention_bytes,
+        max_message_bytes=config.message_max_bytes,
+    )
+
+
+class Broker:
+    """One broker process. `serve()` runs until `stop()` or cancellation."""
+
+    def __init__(self, config: BrokerConfig, *, clock: Clock | None = None) -> None:
+        if not config.standalone and not config.controller:
+            raise ValueError("a broker needs --controller HOST:PORT, or --standalone")
+        self.config = config
+        self.clock = clock or SystemClock()
+        self.metadata = MetadataCache()
+        self.metrics = BrokerMetrics()
+        self._stopping = asyncio.Event()
+        self.bound_port = 0
+        self.logs: LogManager | None = None
+
+    def stop(self) -> None:
+        """Ask `serve()` to shut down gracefully (safe from a signal handler)."""
+        self._stopping.set()
+
+    async def serve(self, *, ready: asyncio.Event | None = None) -> None:
+        config = self.config
+        data_dir = Path(config.data_dir)
+        self.logs = logs = LogManager(
+            data_dir, _default_log_config(config), now_ms=self.clock.wall_ms()
+        )
+        try:
+            await self._serve(logs, data_dir, ready)
+        finally:
+            logs.shutdown()
+            logger.info("broker %s stopped cleanly", config.broker_id)
+
+    async def _serve(self, logs: LogManager, data_dir: Path, ready: asyncio.Event | None) -> None:
+        config = self.config
+        host, port = parse_host_port(config.listen, what="--listen")
+        replicas = ReplicaManager(
+            config=config,
+            logs=logs,
+            clock=self.clock,
+            topic_configs=lambda topic: dict(self.metadata.topic_configs.get(topic, {})),
+        )
+        self.replicas = replicas
+        self.metrics.watch_partitions(PartitionGaugeSource(lambda: _gauge_rows(replicas)))
+
+        server = grpc.aio.server(options=GRPC_OPTIONS)
+        self.bound_port = server.add_insecure_port(f"{host}:{port}")
+        if self.bound_port == 0:
+            raise OSError(f"cannot listen on {config.listen}")
+        adv_host, adv_port = (
+            parse_host_port(config.advertise, what="--advertise")
+            if config.advertise
+            else (host, self.bound_port)
+        )
+        endpoint = common_pb2.BrokerEndpoint(
+            broker_id=config.broker_id, host=adv_host, port=adv_port, rack=config.rack or ""
+        )
+        store = StandaloneController(
+            data_dir=data_dir,
+            broker_id=config.broker_id,
+            replicas=replicas,
+            metadata=self.metadata,
+            now_ms=self.clock.monotonic_ms(),
+        )
+        self.metadata.brokers = {
+            config.broker_id: BrokerInfo(
+                broker_id=config.broker_id, host=adv_host, port=adv_port, rack=config.rack or ""
+            )
+        }
+        admin = StandaloneAdmin(store, endpoint, self.clock)
+        broker_pb2_grpc.add_BrokerServiceServicer_to_server(
+            BrokerServicer(
+                replicas=replicas,
+                metadata=self.metadata,
+                admin=admin,
+                metrics=self.metrics,
+                fetch_max_bytes=config.fetch_max_bytes,
+            ),
+            server,
+        )
+        broker_pb2_grpc.add_ReplicaServiceServicer_to_server(
+            ReplicaServicer(
+                replicas=replicas,
+                metrics=self.metrics,
+                broker_epoch_of=lambda broker_id, epoch: False,
+                fetch_max_bytes=config.fetch_max_bytes,
+            ),
+            server,
+        )
+        health_servicer = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+        if config.metrics_listen:
+            metrics_host, metrics_port = parse_host_port(
+                config.metrics_listen, what="--metrics-listen"
+            )
+            start_http_server(metrics_port, metrics_host, registry=self.metrics.registry)
+        await server.start()
+        await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+        logger.info(
+            "broker %s listening on %s:%s (advertised %s:%s)%s",
+            config.broker_id,
+            host,
+            self.bound_port,
+            adv_host,
+            adv_port,
+            " in standalone mode" if config.standalone else "",
+        )
+        if ready is not None:
+            ready.set()
+        try:
+            async with asyncio.TaskGroup() as tasks:
+                tasks.create_task(self._housekeeping(logs))
+                await self._stopping.wait()
+                raise _Stop
+        except* _Stop:
+            pass
+        finally:
+            await health_servicer.enter_graceful_shutdown()
+            await server.stop(SHUTDOWN_GRACE_S)
+
+    async def _housekeeping(self, logs: LogManager) -> None:
+        """Checkpoints, flushes and retention on their intervals; runs until cancelled."""
+        config = self.config
+        tick_ms = min(
+            config.checkpoint_interval_ms,
+            config.log_flush_interval_ms,
+            config.log_retention_check_interval_ms,
+        )
+        next_checkpoint = next_retention = 0
+        while True:
+            await asyncio.sleep(tick_ms / 1000)
+            now = self.clock.monotonic_ms()
+            logs.flush_due(self.clock.wall_ms())
+            if now >= next_checkpoint:
+                logs.checkpoint()
+                next_checkpoint = now + config.checkpoint_interval_ms
+            if now >= next_retention:
+                logs.run_retention(self.clock.wall_ms())
+                next_retention = now + config.log_retention_check_interval_ms
+
+
+class _Stop(Exception):
+    """Raised inside the task group to cancel the background tasks on shutdown."""
+
+
+def _gauge_rows(replicas: ReplicaManager) -> list[tuple[str, int, str, int, int, int, int, int]]:
+    return [
+        (
+            p.topic,
+            p.partition,
+            p.role.value,
+            p.log.high_watermark,
+            p.log.log_end_offset,
+            len(p.isr),
+            len(p.replicas),
+            p.settings.min_insync_replicas,
+        )
+        for p in replicas.partitions.values()
+        if p.role is not Role.NONE
+    ]
+
+
+def run(config: BrokerConfig) -> None:
+    """Run a broker until SIGTERM/SIGINT, under uvloop when available."""
+    broker = Broker(config)
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, broker.stop)
+        await broker.serve()
+
+    loop_factory = None
+    if config.use_uvloop:
+        with contextlib.suppress(ImportError):
+            import uvloop
+
+            loop_factory = uvloop.new_event_loop
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        runner.run(main())

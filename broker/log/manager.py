@@ -1,0 +1,232 @@
+"""LogManager: the data directory of one broker and every partition log in it.
+
+Layout (DESIGN §4): `DATA/<topic>-<partition>/` per partition (split on the LAST '-'),
+plus the broker-level files `recovery-point-offset-checkpoint`,
+`replication-offset-checkpoint` (high watermarks), `log-start-offset-checkpoint`, the
+`clean-shutdown` marker and the `.lock` held (fcntl.flock) while the broker runs.
+
+Startup removes the clean-shutdown marker durably, so a crash at any later point is
+seen as unclean on the next start; `shutdown()` writes it back last. A brand-new
+(empty) data directory counts as clean: it cannot have lost anything.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import shutil
+import uuid
+from pathlib import Path
+from typing import Final
+
+from broker.log import checkpoint
+from broker.log.config import LogConfig
+from broker.log.errors import DataDirLockedError, LogStorageError
+from broker.log.partition_log import PartitionLog
+
+logger = logging.getLogger(__name__)
+
+LOCK_NAME: Final = ".lock"
+CLEAN_SHUTDOWN_NAME: Final = "clean-shutdown"
+RECOVERY_POINT_NAME: Final = "recovery-point-offset-checkpoint"
+HIGH_WATERMARK_NAME: Final = "replication-offset-checkpoint"
+LOG_START_NAME: Final = "log-start-offset-checkpoint"
+DELETE_SUFFIX: Final = "-delete"
+
+
+def partition_dir_name(topic: str, partition: int) -> str:
+    return f"{topic}-{partition}"
+
+
+def parse_partition_dir(name: str) -> tuple[str, int] | None:
+    """`(topic, partition)` of a `<topic>-<partition>` directory name, None otherwise."""
+    topic, dash, number = name.rpartition("-")
+    if not dash or not topic or not number.isdigit():
+        return None
+    return topic, int(number)
+
+
+def _validate_topic(topic: str, partition: int) -> None:
+    if not topic or topic in {".", ".."} or "/" in topic or any(c.isspace() for c in topic):
+        raise ValueError(f"invalid topic name {topic!r}")
+    if partition < 0:
+        raise ValueError(f"invalid partition {partition} of topic {topic!r}")
+
+
+class LogManager:
+    """Owns the data directory: lock, checkpoints, and the `PartitionLog` of each partition.
+
+    Caller: the broker app (startup, periodic checkpoint / retention / flush, shutdown)
+    and the replica manager (get / create / delete logs on LeaderAndIsr / StopReplica).
+    """
+
+    def __init__(self, data_dir: Path, default_config: LogConfig, *, now_ms: int) -> None:
+        self.data_dir = data_dir
+        self.default_config = default_config
+        data_dir.mkdir(parents=True, exist_ok=True)
+        self._lock_fd = self._take_lock(data_dir)
+        self._logs: dict[tuple[str, int], PartitionLog] = {}
+        try:
+            self.had_clean_shutdown: bool = self._consume_clean_marker()
+            self._open_all(now_ms)
+        except BaseException:
+            for log in self._logs.values():
+                log.close()
+            os.close(self._lock_fd)
+            raise
+
+    @staticmethod
+    def _take_lock(data_dir: Path) -> int:
+        fd = os.open(data_dir / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise DataDirLockedError(
+                f"data directory {data_dir} is locked by another broker process; "
+                "each broker needs its own --data-dir"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        return fd
+
+    def _consume_clean_marker(self) -> bool:
+        marker = self.data_dir / CLEAN_SHUTDOWN_NAME
+        if marker.exists():
+            marker.unlink()
+            checkpoint.fsync_dir(self.data_dir)
+            return True
+        fresh = all(
+            entry.name == LOCK_NAME or entry.name.endswith(checkpoint.TMP_SUFFIX)
+            for entry in self.data_dir.iterdir()
+        )
+        if not fresh:
+            logger.warning(
+                "data directory %s was not shut down cleanly; recovering logs", self.data_dir
+            )
+        return fresh
+
+    def _read_checkpoint(self, name: str) -> dict[tuple[str, int], int]:
+        try:
+            return checkpoint.read_offsets(self.data_dir / name)
+        except LogStorageError as exc:
+            logger.warning("%s; ignoring it (logs are recovered conservatively)", exc)
+            return {}
+
+    def _open_all(self, now_ms: int) -> None:
+        for leftover in self.data_dir.glob("*" + checkpoint.TMP_SUFFIX):
+            leftover.unlink(missing_ok=True)
+        recovery_points = self._read_checkpoint(RECOVERY_POINT_NAME)
+        high_watermarks = self._read_checkpoint(HIGH_WATERMARK_NAME)
+        log_starts = self._read_checkpoint(LOG_START_NAME)
+        for entry in sorted(self.data_dir.iterdir()):
+            if not entry.is_dir():
+                continue
+            if entry.name.endswith(DELETE_SUFFIX):
+                shutil.rmtree(entry, ignore_errors=True)
+                continue
+            key = parse_partition_dir(entry.name)
+            if key is None:
+                logger.warning("ignoring unexpected directory %s in the data directory", entry)
+                continue
+            self._logs[key] = PartitionLog.open(
+                entry,
+                self.default_config,
+                topic=key[0],
+                partition=key[1],
+                recovery_point=recovery_points.get(key, 0),
+                log_start_offset=log_starts.get(key, 0),
+                high_watermark=high_watermarks.get(key, 0),
+                clean_shutdown=self.had_clean_shutdown,
+                now_ms=now_ms,
+            )
+        logger.info(
+            "loaded %d partition log(s) from %s (clean shutdown: %s)",
+            len(self._logs),
+            self.data_dir,
+            self.had_clean_shutdown,
+        )
+
+    def get(self, topic: str, partition: int) -> PartitionLog | None:
+        return self._logs.get((topic, partition))
+
+    def get_or_create(
+        self, topic: str, partition: int, config: LogConfig | None = None
+    ) -> PartitionLog:
+        """The partition's log, created empty if absent; `config` (if given) is applied."""
+        log = self._logs.get((topic, partition))
+        if log is not None:
+            if config is not None and config != log.config:
+                log.update_config(config)
+            return log
+        _validate_topic(topic, partition)
+        directory = self.data_dir / partition_dir_name(topic, partition)
+        log = PartitionLog.open(
+            directory,
+            config or self.default_config,
+            topic=topic,
+            partition=partition,
+            recovery_point=0,
+            log_start_offset=0,
+            high_watermark=0,
+            clean_shutdown=True,
+            now_ms=0,
+        )
+        checkpoint.fsync_dir(self.data_dir)
+        self._logs[(topic, partition)] = log
+        logger.info("created log for %s-%s in %s", topic, partition, directory)
+        return log
+
+    def all_logs(self) -> list[PartitionLog]:
+        return list(self._logs.values())
+
+    def delete(self, topic: str, partition: int) -> None:
+        """Remove the partition's log and directory (rename first, so a crash mid-way
+        leaves a `-delete` directory that the next start removes)."""
+        log = self._logs.pop((topic, partition), None)
+        if log is None:
+            return
+        log.close()
+        doomed = self.data_dir / f"{log.directory.name}.{uuid.uuid4().hex}{DELETE_SUFFIX}"
+        os.replace(log.directory, doomed)
+        checkpoint.fsync_dir(self.data_dir)
+        shutil.rmtree(doomed, ignore_errors=True)
+        logger.info("deleted log for %s-%s", topic, partition)
+
+    def checkpoint(self) -> None:
+        """Write the HW, recovery point and log start checkpoints atomically."""
+        logs = list(self._logs.items())
+        checkpoint.write_offsets(
+            self.data_dir / HIGH_WATERMARK_NAME, {k: log.high_watermark for k, log in logs}
+        )
+        checkpoint.write_offsets(
+            self.data_dir / RECOVERY_POINT_NAME, {k: log.recovery_point for k, log in logs}
+        )
+        checkpoint.write_offsets(
+            self.data_dir / LOG_START_NAME, {k: log.log_start_offset for k, log in logs}
+        )
+
+    def run_retention(self, now_ms: int) -> int:
+        """Apply retention to every log; returns the number of segments deleted."""
+        return sum(log.delete_old_segments(now_ms) for log in list(self._logs.values()))
+
+    def flush_due(self, now_ms: int) -> None:
+        """Flush every log whose `flush_messages` / `flush_ms` policy says it is due."""
+        for log in list(self._logs.values()):
+            log.maybe_flush(now_ms)
+
+    def shutdown(self) -> None:
+        """Close every log, checkpoint, write the clean-shutdown marker, release the lock."""
+        if self._lock_fd < 0:
+            return
+        try:
+            for log in self._logs.values():
+                log.close()
+            self.checkpoint()
+            checkpoint.atomic_write(self.data_dir / CLEAN_SHUTDOWN_NAME, b"")
+        finally:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+        logger.info("log manager for %s shut down cleanly", self.data_dir)

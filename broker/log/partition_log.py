@@ -1,0 +1,818 @@
+"""PartitionLog: the ordered segments of one partition, its offsets, and crash recovery.
+
+Caller: the replica layer (one writer per partition). Storage is synchronous; a lock
+makes each public call atomic so a flush offloaded to a thread is safe.
+
+Invariants maintained:
+- offsets are contiguous: each batch's base offset is the previous batch's last + 1,
+  and each segment's base offset is the previous segment's end;
+- log_start_offset <= high_watermark <= log_end_offset, recovery_point <= log_end_offset;
+- the epoch cache has no entry past the log end offset (one AT it marks the epoch a
+  new leader will append in);
+- a rejected append (bad CRC, empty, too large, offset gap) changes nothing.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import shutil
+import threading
+from pathlib import Path
+from typing import Final
+
+import msgspec
+
+from broker.log.checkpoint import TMP_SUFFIX, fsync_dir
+from broker.log.config import LogConfig
+from broker.log.epoch_cache import CHECKPOINT_NAME, LeaderEpochCache
+from broker.log.errors import (
+    CorruptRecordError,
+    InconsistentOffsetError,
+    InvalidRecordError,
+    LogStorageError,
+    OffsetOutOfRangeError,
+    RecordTooLargeError,
+)
+from broker.log.segment import INDEX_SUFFIX, LogSegment, parse_segment_name
+from minikafka.record_batch import (
+    BatchHeader,
+    CorruptBatchError,
+    iter_batches,
+    stamp,
+    stamp_prefix,
+)
+
+logger = logging.getLogger(__name__)
+
+#: Bytes of a batch before the part that `stamp_prefix` leaves untouched.
+_STAMPED_PREFIX_SIZE: Final = 21
+
+
+class AppendInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """What one append wrote."""
+
+    first_offset: int
+    last_offset: int
+    record_count: int
+    batch_count: int
+    max_timestamp_ms: int
+    log_append_time_ms: int  # -1 unless LogAppendTime
+    size_bytes: int
+
+
+class ReadResult(msgspec.Struct, frozen=True, kw_only=True):
+    """Whole batches read from the log."""
+
+    records: bytes
+    first_offset: int  # base offset of the first batch returned, -1 if empty
+    next_offset: int  # offset after the last returned batch (the requested one if empty)
+
+
+def validate_record_set(records: bytes | memoryview) -> list[tuple[int, BatchHeader]]:
+    """Validate every batch of an append (header, CRC, whole batches); all or nothing."""
+    if not records:
+        raise InvalidRecordError("empty record set: an append needs at least one batch")
+    try:
+        return list(iter_batches(records, verify_crc=True))
+    except CorruptBatchError as exc:
+        raise CorruptRecordError(str(exc)) from exc
+
+
+class PartitionLog:
+    """The log of one partition: `DATA/<topic>-<partition>/` with its segments."""
+
+    def __init__(
+        self,
+        directory: Path,
+        config: LogConfig,
+        *,
+        topic: str,
+        partition: int,
+        segments: list[LogSegment],
+        epoch_cache: LeaderEpochCache,
+        log_start_offset: int,
+        log_end_offset: int,
+        high_watermark: int,
+        recovery_point: int,
+    ) -> None:
+        """Use `PartitionLog.open`; this only binds already-recovered state."""
+        self.directory = directory
+        self.config = config
+        self.topic = topic
+        self.partition = partition
+        self.epoch_cache = epoch_cache
+        self._segments = segments
+        self._bases = [s.base_offset for s in segments]
+        self.log_start_offset = log_start_offset
+        self.log_end_offset = log_end_offset
+        self.high_watermark = high_watermark
+        self.recovery_point = recovery_point
+        self._lock = threading.RLock()
+        self._unflushed_messages = 0
+        self._first_unflushed_ms = -1
+        self._dir_dirty = False
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return (
+            f"PartitionLog({self.name}, start={self.log_start_offset}, "
+            f"hw={self.high_watermark}, leo={self.log_end_offset})"
+        )
+
+    @property
+    def name(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+    # ------------------------------------------------------------------ open
+    @classmethod
+    def open(
+        cls,
+        directory: Path,
+        config: LogConfig,
+        *,
+        topic: str,
+        partition: int,
+        recovery_point: int,
+        log_start_offset: int,
+        high_watermark: int,
+        clean_shutdown: bool,
+        now_ms: int,
+    ) -> PartitionLog:
+        """Open (creating if needed) and, after an unclean stop, recover a partition log.
+
+        Unclean: every batch from the segment holding the recovery point on is validated
+        (header, CRC, offset continuity); a torn or corrupt tail is cut off (logged at
+        WARNING), later segments are deleted, indexes are rebuilt and the epoch cache is
+        rebuilt for the scanned range. Clean: files are trusted, but the active segment's
+        last batch is still checked and any inconsistency falls back to recovery.
+        """
+        directory.mkdir(parents=True, exist_ok=True)
+        name = f"{topic}-{partition}"
+        for leftover in directory.glob("*" + TMP_SUFFIX):
+            leftover.unlink(missing_ok=True)
+        bases: list[int] = []
+        for entry in directory.iterdir():
+            base = parse_segment_name(entry.name)
+            if base is not None:
+                bases.append(base)
+            elif entry.suffix == INDEX_SUFFIX and not entry.with_suffix(".log").exists():
+                entry.unlink(missing_ok=True)
+        bases.sort()
+        epoch_path = directory / CHECKPOINT_NAME
+        rebuild_epochs = False
+        try:
+            epoch_cache = LeaderEpochCache.load(epoch_path)
+        except LogStorageError as exc:
+            logger.warning("%s: %s; rebuilding the epoch cache from the log", name, exc)
+            epoch_cache = LeaderEpochCache(epoch_path)
+            rebuild_epochs = True
+        if not bases:
+            start = max(log_start_offset, 0)
+            segment = LogSegment(directory, start, rolling_base_ms=now_ms, create=True)
+            fsync_dir(directory)
+            epoch_cache.truncate_from_end(start)
+            epoch_cache.truncate_from_start(start)
+            epoch_cache.flush()
+            return cls(
+                directory,
+                config,
+                topic=topic,
+                partition=partition,
+                segments=[segment],
+                epoch_cache=epoch_cache,
+                log_start_offset=start,
+                log_end_offset=start,
+                high_watermark=start,
+                recovery_point=start,
+            )
+        segments = [LogSegment(directory, b, rolling_base_ms=now_ms) for b in bases]
+        try:
+            log_end_offset, recovered = _load_segments(
+                name,
+                segments,
+                config,
+                recovery_point=recovery_point,
+                clean_shutdown=clean_shutdown and not rebuild_epochs,
+                epoch_cache=epoch_cache,
+                full_scan=rebuild_epochs,
+            )
+        except BaseException:
+            for segment in segments:
+                segment.close()
+            raise
+        segments = [s for s in segments if s.fileno() >= 0]
+        active = segments[-1]
+        first_ts = active.first_batch_timestamp_ms()
+        if first_ts is not None:
+            active.rolling_base_ms = min(now_ms, first_ts)
+        epoch_cache.truncate_from_end(log_end_offset)
+        start = min(max(log_start_offset, segments[0].base_offset), log_end_offset)
+        epoch_cache.truncate_from_start(start)
+        if recovered:
+            for segment in segments:
+                segment.flush()
+            fsync_dir(directory)
+            recovery_point = log_end_offset
+        epoch_cache.flush()
+        return cls(
+            directory,
+            config,
+            topic=topic,
+            partition=partition,
+            segments=segments,
+            epoch_cache=epoch_cache,
+            log_start_offset=start,
+            log_end_offset=log_end_offset,
+            high_watermark=min(max(high_watermark, start), log_end_offset),
+            recovery_point=min(max(recovery_point, 0), log_end_offset),
+        )
+
+    # ---------------------------------------------------------------- append
+    def append_as_leader(
+        self,
+        records: bytes,
+        *,
+        leader_epoch: int,
+        now_ms: int,
+        log_append_time: bool = False,
+    ) -> AppendInfo:
+        """Validate, assign offsets from the LEO, stamp base offset and leader epoch, write.
+
+        Raises `InvalidRecordError` (empty), `CorruptRecordError`, `RecordTooLargeError`
+        (a batch above `max_message_bytes`) or `LogStorageError`; nothing is written then.
+        """
+        if leader_epoch < 0:
+            raise ValueError(f"leader epoch must be >= 0, got {leader_epoch}")
+        headers = validate_record_set(records)
+        limit = self.config.max_message_bytes
+        for _, header in headers:
+            if header.size > limit:
+                raise RecordTooLargeError(
+                    f"batch of {header.size} bytes exceeds max_message_bytes={limit} of {self.name}"
+                )
+        view = memoryview(records)
+        with self._lock:
+            self._check_open()
+            self._maybe_roll(len(records), now_ms)
+            first_offset = offset = self.log_end_offset
+            buffers: list[bytes | memoryview] = []
+            batches: list[tuple[int, int, int]] = []
+            relative = 0
+            record_count = 0
+            max_timestamp_ms = -1
+            for pos, header in headers:
+                chunk = view[pos : pos + header.size]
+                if log_append_time:
+                    buffers.append(
+                        stamp(
+                            chunk,
+                            base_offset=offset,
+                            leader_epoch=leader_epoch,
+                            log_append_time_ms=now_ms,
+                        )
+                    )
+                    timestamp_ms = now_ms
+                else:
+                    buffers.append(
+                        stamp_prefix(chunk, base_offset=offset, leader_epoch=leader_epoch)
+                    )
+                    buffers.append(chunk[_STAMPED_PREFIX_SIZE:])
+                    timestamp_ms = header.max_timestamp_ms
+                batches.append((relative, offset, timestamp_ms))
+                max_timestamp_ms = max(max_timestamp_ms, timestamp_ms)
+                relative += header.size
+                offset += header.record_count
+                record_count += header.record_count
+            self._write(buffers, batches)
+            self.epoch_cache.assign(leader_epoch, first_offset)
+            self._after_append(offset, record_count, now_ms)
+            return AppendInfo(
+                first_offset=first_offset,
+                last_offset=offset - 1,
+                record_count=record_count,
+                batch_count=len(headers),
+                max_timestamp_ms=max_timestamp_ms,
+                log_append_time_ms=now_ms if log_append_time else -1,
+                size_bytes=len(records),
+            )
+
+    def append_as_follower(self, records: bytes, *, now_ms: int) -> AppendInfo:
+        """Append the leader's batches as they are (offsets and epochs already stamped).
+
+        The first base offset must equal the LEO and batches must be contiguous
+        (`InconsistentOffsetError` otherwise); nothing is written on any error.
+        """
+        headers = validate_record_set(records)
+        with self._lock:
+            self._check_open()
+            expected = self.log_end_offset
+            for _, header in headers:
+                if header.base_offset != expected:
+                    raise InconsistentOffsetError(
+                        f"{self.name}: follower append has a batch at offset "
+                        f"{header.base_offset}, expected {expected} (log end "
+                        f"{self.log_end_offset})"
+                    )
+                expected = header.next_offset
+            self._maybe_roll(len(records), now_ms)
+            batches = [(pos, h.base_offset, h.max_timestamp_ms) for pos, h in headers]
+            self._write([records], batches)
+            for _, header in headers:
+                if header.leader_epoch >= 0:
+                    self.epoch_cache.assign(header.leader_epoch, header.base_offset)
+            record_count = expected - self.log_end_offset
+            first_offset = self.log_end_offset
+            self._after_append(expected, record_count, now_ms)
+            return AppendInfo(
+                first_offset=first_offset,
+                last_offset=expected - 1,
+                record_count=record_count,
+                batch_count=len(headers),
+                max_timestamp_ms=max(h.max_timestamp_ms for _, h in headers),
+                log_append_time_ms=-1,
+                size_bytes=len(records),
+            )
+
+    def _write(
+        self, buffers: list[bytes | memoryview], batches: list[tuple[int, int, int]]
+    ) -> None:
+        try:
+            self._segments[-1].append(
+                buffers, batches, index_interval_bytes=self.config.index_interval_bytes
+            )
+        except OSError as exc:
+            raise LogStorageError(f"{self.name}: cannot write segment: {exc}") from exc
+
+    def _after_append(self, next_offset: int, record_count: int, now_ms: int) -> None:
+        self.log_end_offset = next_offset
+        if self._unflushed_messages == 0:
+            self._first_unflushed_ms = now_ms
+        self._unflushed_messages += record_count
+        if self.config.fsync_on_append:
+            self.flush()
+        else:
+            self.maybe_flush(now_ms)
+
+    def _maybe_roll(self, incoming_bytes: int, now_ms: int) -> None:
+        active = self._segments[-1]
+        if active.size == 0:
+            active.rolling_base_ms = now_ms  # an empty segment ages from its first append
+            return
+        too_big = active.size + incoming_bytes > self.config.segment_bytes
+        too_old = now_ms - active.rolling_base_ms >= self.config.segment_ms
+        if too_big or too_old:
+            self._roll(now_ms)
+
+    def _roll(self, now_ms: int) -> None:
+        """Close the active segment (persist its index) and start one at the LEO."""
+        old = self._segments[-1]
+        try:
+            old.index.persist()
+            segment = LogSegment(
+                self.directory, self.log_end_offset, rolling_base_ms=now_ms, create=True
+            )
+        except OSError as exc:
+            raise LogStorageError(f"{self.name}: cannot roll segment: {exc}") from exc
+        self._segments.append(segment)
+        self._bases.append(segment.base_offset)
+        self._dir_dirty = True
+        logger.debug("%s: rolled new segment at offset %s", self.name, segment.base_offset)
+
+    # ------------------------------------------------------------------ read
+    def read(
+        self,
+        offset: int,
+        *,
+        max_bytes: int,
+        max_offset: int | None = None,
+        min_one_batch: bool = True,
+    ) -> ReadResult:
+        """Whole batches from the one holding `offset`, up to `max_bytes` (at least one
+        batch if `min_one_batch`), stopping before any batch whose last offset is >=
+        `max_offset`. Raises `OffsetOutOfRangeError` outside [log start, LEO]."""
+        with self._lock:
+            self._check_open()
+            if offset < self.log_start_offset or offset > self.log_end_offset:
+                raise OffsetOutOfRangeError(
+                    f"offset {offset} is out of range for {self.name}: log start "
+                    f"{self.log_start_offset}, log end {self.log_end_offset}"
+                )
+            empty = ReadResult(records=b"", first_offset=-1, next_offset=offset)
+            if offset == self.log_end_offset:
+                return empty
+            index = max(bisect.bisect_right(self._bases, offset) - 1, 0)
+            for segment in self._segments[index:]:
+                found = segment.find_batch(offset)
+                if found is None:
+                    continue
+                records, first_offset, next_offset = segment.read(
+                    found[0],
+                    max_bytes=max_bytes,
+                    max_offset=max_offset,
+                    min_one_batch=min_one_batch,
+                )
+                if not records:
+                    return empty
+                return ReadResult(
+                    records=records, first_offset=first_offset, next_offset=next_offset
+                )
+            return empty
+
+    def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
+        """`(offset, timestamp)` of the first batch whose max timestamp >= `timestamp_ms`
+        (the offset is at least the log start offset); None if there is none."""
+        with self._lock:
+            self._check_open()
+            for segment in self._segments:
+                if segment.max_timestamp_ms < timestamp_ms:
+                    continue
+                position = 0
+                while position < segment.size:
+                    peek = segment.peek_at(position)
+                    if (
+                        peek.max_timestamp_ms >= timestamp_ms
+                        and peek.last_offset >= self.log_start_offset
+                    ):
+                        return max(peek.base_offset, self.log_start_offset), peek.max_timestamp_ms
+                    position += peek.size
+            return None
+
+    # --------------------------------------------------------- offsets / truncation
+    def update_high_watermark(self, hw: int) -> None:
+        """Set the HW, clamped to [log start, LEO]."""
+        with self._lock:
+            self.high_watermark = min(max(hw, self.log_start_offset), self.log_end_offset)
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every batch whose last offset >= `offset` (batch granularity)."""
+        if offset < 0:
+            raise ValueError(f"cannot truncate {self.name} to negative offset {offset}")
+        with self._lock:
+            self._check_open()
+            if offset >= self.log_end_offset:
+                return
+            if offset < self.log_start_offset:
+                self.truncate_fully_and_start_at(offset)
+                return
+            index = max(bisect.bisect_right(self._bases, offset) - 1, 0)
+            segment = self._segments[index]
+            found = segment.find_batch(offset)
+            if found is None:  # offset is this segment's end: cut at the next segment
+                index += 1
+                segment = self._segments[index]
+                position, new_end = 0, segment.base_offset
+            else:
+                position, new_end = found[0], found[1].base_offset
+            if new_end < self.log_start_offset:
+                self.truncate_fully_and_start_at(new_end)
+                return
+            level = logging.WARNING if new_end < self.high_watermark else logging.INFO
+            logger.log(
+                level,
+                "%s: truncating to offset %s (log end was %s, high watermark %s)",
+                self.name,
+                new_end,
+                self.log_end_offset,
+                self.high_watermark,
+            )
+            for doomed in self._segments[index + 1 :]:
+                doomed.delete_files()
+            del self._segments[index + 1 :]
+            del self._bases[index + 1 :]
+            try:
+                segment.truncate_to_position(position)
+            except OSError as exc:
+                raise LogStorageError(f"{self.name}: cannot truncate: {exc}") from exc
+            self._dir_dirty = True
+            self.log_end_offset = new_end
+            self.epoch_cache.truncate_from_end(new_end)
+            self.epoch_cache.flush()
+            self.high_watermark = min(self.high_watermark, new_end)
+            self.recovery_point = min(self.recovery_point, new_end)
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Delete every segment and start an empty log at `offset` (log start = HW = LEO)."""
+        if offset < 0:
+            raise ValueError(f"cannot start {self.name} at negative offset {offset}")
+        with self._lock:
+            self._check_open()
+            logger.info(
+                "%s: truncating fully and starting at offset %s (log was [%s, %s))",
+                self.name,
+                offset,
+                self.log_start_offset,
+                self.log_end_offset,
+            )
+            for segment in self._segments:
+                segment.delete_files()
+            try:
+                segment = LogSegment(self.directory, offset, rolling_base_ms=0, create=True)
+                fsync_dir(self.directory)
+            except OSError as exc:
+                raise LogStorageError(f"{self.name}: cannot restart log: {exc}") from exc
+            self._segments = [segment]
+            self._bases = [offset]
+            self.log_start_offset = self.log_end_offset = offset
+            self.high_watermark = self.recovery_point = offset
+            self._unflushed_messages = 0
+            self.epoch_cache.clear()
+            self.epoch_cache.flush()
+
+    def maybe_increment_log_start_offset(self, offset: int) -> None:
+        """Raise the log start offset (e.g. to the leader's); never above the HW."""
+        with self._lock:
+            self._check_open()
+            if offset <= self.log_start_offset:
+                return
+            if offset > self.high_watermark:
+                raise OffsetOutOfRangeError(
+                    f"cannot move the log start offset of {self.name} to {offset}: above "
+                    f"the high watermark {self.high_watermark}"
+                )
+            logger.info("%s: log start offset %s -> %s", self.name, self.log_start_offset, offset)
+            self.log_start_offset = offset
+            self.epoch_cache.truncate_from_start(offset)
+            self.epoch_cache.flush()
+
+    def delete_old_segments(self, now_ms: int) -> int:
+        """Retention: delete the oldest closed segments that are wholly below the log start
+        offset, older than `retention_ms`, or beyond `retention_bytes`. Never the active
+        segment, never a segment reaching past the HW. Returns how many were deleted."""
+        with self._lock:
+            self._check_open()
+            config = self.config
+            total = self.size_bytes()
+            doomed = 0
+            for i, segment in enumerate(self._segments[:-1]):
+                end = self._bases[i + 1]
+                if end > self.high_watermark:
+                    break
+                if end <= self.log_start_offset:
+                    reason = "below the log start offset"
+                elif (
+                    config.retention_ms >= 0
+                    and now_ms - segment.max_timestamp_ms > config.retention_ms
+                ):
+                    reason = f"older than retention_ms={config.retention_ms}"
+                elif config.retention_bytes >= 0 and total - segment.size >= config.retention_bytes:
+                    reason = f"beyond retention_bytes={config.retention_bytes}"
+                else:
+                    break
+                logger.info(
+                    "%s: deleting segment [%s, %s) %s", self.name, segment.base_offset, end, reason
+                )
+                total -= segment.size
+                doomed += 1
+            if not doomed:
+                return 0
+            for segment in self._segments[:doomed]:
+                segment.delete_files()
+            del self._segments[:doomed]
+            del self._bases[:doomed]
+            self._dir_dirty = True
+            if self._bases[0] > self.log_start_offset:
+                self.log_start_offset = self._bases[0]
+                self.epoch_cache.truncate_from_start(self.log_start_offset)
+                self.epoch_cache.flush()
+            return doomed
+
+    # ------------------------------------------------------------------ flush
+    def flush(self) -> None:
+        """fsync every segment written since the last flush; recovery point = LEO."""
+        with self._lock:
+            if self._closed:
+                return
+            end = self.log_end_offset
+            dirty = [s for s in self._segments if s.dirty]
+            dir_dirty, self._dir_dirty = self._dir_dirty, False
+            self._unflushed_messages = 0
+            self._first_unflushed_ms = -1
+        try:
+            for segment in dirty:
+                segment.flush()
+            if dir_dirty:
+                fsync_dir(self.directory)
+            with self._lock:
+                # Epochs starting below the new recovery point must survive a crash: recovery
+                # rebuilds the cache only from the recovery point on.
+                self.epoch_cache.flush()
+        except OSError as exc:
+            raise LogStorageError(f"{self.name}: fsync failed: {exc}") from exc
+        with self._lock:
+            self.recovery_point = max(self.recovery_point, min(end, self.log_end_offset))
+
+    def maybe_flush(self, now_ms: int) -> bool:
+        """Flush if `flush_messages` or `flush_ms` says so; True if it flushed."""
+        config = self.config
+        pending = self._unflushed_messages
+        due = pending > 0 and (
+            (0 <= config.flush_messages <= pending)
+            or (config.flush_ms >= 0 and now_ms - self._first_unflushed_ms >= config.flush_ms)
+        )
+        if due:
+            self.flush()
+        return due
+
+    def update_config(self, config: LogConfig) -> None:
+        """Apply new topic settings (they take effect from the next append / retention run)."""
+        with self._lock:
+            self.config = config
+
+    # -------------------------------------------------------------- lifecycle
+    def close(self) -> None:
+        """Flush, persist indexes and the epoch checkpoint, release the files."""
+        with self._lock:
+            if self._closed:
+                return
+            self.flush()
+            try:
+                for segment in self._segments:
+                    if segment is self._segments[-1] or not segment.index.path.exists():
+                        segment.index.persist()
+                self.epoch_cache.flush()
+            except OSError as exc:
+                raise LogStorageError(f"{self.name}: cannot close: {exc}") from exc
+            finally:
+                for segment in self._segments:
+                    segment.close()
+                self._closed = True
+
+    def delete(self) -> None:
+        """Close and remove the partition directory."""
+        with self._lock:
+            if not self._closed:
+                for segment in self._segments:
+                    segment.close()
+                self._closed = True
+            shutil.rmtree(self.directory, ignore_errors=True)
+            if self.directory.parent.exists():
+                fsync_dir(self.directory.parent)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LogStorageError(f"{self.name}: the log is closed")
+
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    def segment_base_offsets(self) -> list[int]:
+        return list(self._bases)
+
+
+# ------------------------------------------------------------------ recovery
+def _load_segments(
+    name: str,
+    segments: list[LogSegment],
+    config: LogConfig,
+    *,
+    recovery_point: int,
+    clean_shutdown: bool,
+    epoch_cache: LeaderEpochCache,
+    full_scan: bool,
+) -> tuple[int, bool]:
+    """Load indexes and find the log end; recover where needed.
+
+    Returns `(log_end_offset, recovered)`; segments deleted by recovery are closed
+    (`fileno() < 0`) and must be dropped by the caller.
+    """
+    bases = [s.base_offset for s in segments]
+    if full_scan:
+        first_unsafe = 0
+    elif clean_shutdown:
+        first_unsafe = len(segments)
+    else:
+        first_unsafe = max(bisect.bisect_right(bases, recovery_point) - 1, 0)
+    # Trusted segments: load or rebuild the index; a problem makes recovery start there.
+    for i in range(first_unsafe):
+        if not _load_trusted_index(name, segments[i], config, is_active=i == len(segments) - 1):
+            first_unsafe = i
+            break
+    if first_unsafe == len(segments):
+        end = _clean_log_end(segments[-1])
+        if end is not None:
+            return end, False
+        logger.warning("%s: active segment failed its end check; recovering it", name)
+        first_unsafe = len(segments) - 1
+    return _recover(name, segments, first_unsafe, config, epoch_cache), True
+
+
+def _load_trusted_index(
+    name: str, segment: LogSegment, config: LogConfig, *, is_active: bool
+) -> bool:
+    """Load the segment's index, rebuilding it from headers if the file is bad."""
+    if segment.index.load(segment.base_offset, segment.size) and _index_matches(segment):
+        return True
+    logger.info("%s: rebuilding index of %s", name, segment.log_path.name)
+    try:
+        entries = list(segment.iter_batches(0, verify_crc=False))
+    except CorruptBatchError as exc:
+        logger.warning("%s: %s", name, exc)
+        return False
+    if entries and entries[0][1].base_offset != segment.base_offset:
+        return False
+    segment.rebuild_index(entries, config.index_interval_bytes)
+    if not is_active:
+        segment.index.persist()
+    return True
+
+
+def _index_matches(segment: LogSegment) -> bool:
+    last = segment.index.last_entry()
+    if last is None:
+        segment.reset_index_counter(0)
+        return True
+    offset, position = last
+    try:
+        header = next(segment.iter_batches(position, verify_crc=False))[1]
+    except (CorruptBatchError, StopIteration):
+        return False
+    if header.base_offset != offset:
+        return False
+    segment.reset_index_counter(position)
+    return True
+
+
+def _clean_log_end(active: LogSegment) -> int | None:
+    """LEO of a trusted active segment: walk from its last index entry to the end of the
+    file and CRC-check the last batch. None if anything is off."""
+    last = active.index.last_entry()
+    start = last[1] if last else 0
+    try:
+        end = active.next_offset_after(start)
+    except CorruptBatchError:
+        return None
+    return active.base_offset if end is None else end
+
+
+def _recover(
+    name: str,
+    segments: list[LogSegment],
+    first: int,
+    config: LogConfig,
+    epoch_cache: LeaderEpochCache,
+) -> int:
+    """Validate every batch from segment `first` on; cut the log at the first bad one."""
+    expected = segments[first].base_offset
+    epoch_cache.truncate_from_end(expected)
+    logger.info(
+        "%s: recovering from offset %s (%d segment(s) to scan)",
+        name,
+        expected,
+        len(segments) - first,
+    )
+    for i in range(first, len(segments)):
+        segment = segments[i]
+        if segment.base_offset != expected:
+            logger.warning(
+                "%s: segment %s starts at %s but the log ends at %s; deleting it and %d later",
+                name,
+                segment.log_path.name,
+                segment.base_offset,
+                expected,
+                len(segments) - i - 1,
+            )
+            _delete_from(segments, i)
+            break
+        scanned: list[tuple[int, BatchHeader]] = []
+        error: str | None = None
+        try:
+            for position, header in segment.iter_batches(0, verify_crc=True):
+                if header.base_offset != expected:
+                    error = (
+                        f"{segment.log_path.name} position {position}: batch at offset "
+                        f"{header.base_offset}, expected {expected}"
+                    )
+                    break
+                scanned.append((position, header))
+                expected = header.next_offset
+        except CorruptBatchError as exc:
+            error = str(exc)
+        for _, header in scanned:
+            if header.leader_epoch >= 0:
+                epoch_cache.assign(header.leader_epoch, header.base_offset)
+        segment.rebuild_index(scanned, config.index_interval_bytes)
+        if error is not None:
+            valid = scanned[-1][0] + scanned[-1][1].size if scanned else 0
+            logger.warning(
+                "%s: corrupt or torn batch (%s); truncating %s from %s to %s bytes (log end "
+                "now %s) and deleting %d later segment(s)",
+                name,
+                error,
+                segment.log_path.name,
+                segment.size,
+                valid,
+                expected,
+                len(segments) - i - 1,
+            )
+            segment.truncate_to_position(valid)
+            _delete_from(segments, i + 1)
+            break
+        if i < len(segments) - 1:
+            segment.index.persist()
+    return expected
+
+
+def _delete_from(segments: list[LogSegment], first: int) -> None:
+    for segment in segments[first:]:
+        segment.delete_files()

@@ -1,0 +1,63 @@
+"""MetadataCache: this broker's view of the cluster (brokers, partitions, topic configs).
+
+Caller: the control servicer (UpdateMetadata / LeaderAndIsr from the controller) or the
+standalone topic store. Read by the Metadata RPC and by the replica manager.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+
+class BrokerInfo(msgspec.Struct, frozen=True, kw_only=True):
+    broker_id: int
+    host: str
+    port: int
+    rack: str = ""
+
+
+class PartitionInfo(msgspec.Struct, frozen=True, kw_only=True):
+    topic: str
+    partition: int
+    leader: int
+    leader_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    partition_epoch: int
+    state: str = "ONLINE"
+
+
+class MetadataCache:
+    """Latest cluster metadata; replaced wholesale by each full update."""
+
+    def __init__(self, *, cluster_id: str = "") -> None:
+        self.cluster_id = cluster_id
+        self.controller_id = -1
+        self.controller_epoch = -1
+        self.metadata_offset = -1
+        self.brokers: dict[int, BrokerInfo] = {}
+        self.partitions: dict[tuple[str, int], PartitionInfo] = {}
+        self.topic_configs: dict[str, dict[str, str]] = {}
+
+    def topics(self) -> list[str]:
+        return sorted({topic for topic, _ in self.partitions})
+
+    def partitions_of(self, topic: str) -> list[PartitionInfo]:
+        found = [info for (name, _), info in self.partitions.items() if name == topic]
+        return sorted(found, key=lambda info: info.partition)
+
+    def update_partition(self, info: PartitionInfo) -> None:
+        """Record a partition state unless the cache already holds a newer one."""
+        key = (info.topic, info.partition)
+        current = self.partitions.get(key)
+        if current is not None and (current.leader_epoch, current.partition_epoch) > (
+            info.leader_epoch,
+            info.partition_epoch,
+        ):
+            return
+        self.partitions[key] = info
+
+    def remove_topic(self, topic: str) -> None:
+        for key in [key for key in self.partitions if key[0] == topic]:
+            del self.partitions[key]
+        self.topic_configs.pop(topic, None)

@@ -1,0 +1,428 @@
+"""ReplicaManager: owns this broker's Partitions and routes produce, fetch and offsets to them.
+
+Caller: the gRPC servicers (translation only) and the controller link.
+Affects: partition logs (through Partition), follower progress, waiters.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+
+import msgspec
+
+from broker.clock import Clock
+from broker.config import BrokerConfig
+from broker.errors import (
+    InvalidRequiredAcksError,
+    NotLeaderOrFollowerError,
+    UnknownTopicOrPartitionError,
+)
+from broker.log.manager import LogManager
+from broker.replica.partition import Partition, PartitionRead, Role, check_leader_epoch
+from broker.topic_settings import TopicSettings, resolve_topic_settings
+from minikafka.errors import ErrorCode, MiniKafkaError
+
+logger = logging.getLogger(__name__)
+
+EARLIEST_TIMESTAMP = -2
+LATEST_TIMESTAMP = -1
+
+
+class ProduceItem(msgspec.Struct, frozen=True, kw_only=True):
+    topic: str
+    partition: int
+    records: bytes
+    current_leader_epoch: int = -1
+
+
+class ProduceResult(msgspec.Struct, frozen=True, kw_only=True):
+    topic: str
+    partition: int
+    error_code: ErrorCode = ErrorCode.NONE
+    error_message: str = ""
+    base_offset: int = -1
+    log_append_time_ms: int = -1
+    log_start_offset: int = -1
+
+
+class FetchItem(msgspec.Struct, frozen=True, kw_only=True):
+    topic: str
+    partition: int
+    fetch_offset: int
+    current_leader_epoch: int = -1
+    last_fetched_epoch: int = -1
+    partition_max_bytes: int = 1024 * 1024
+
+
+class FetchResult(msgspec.Struct, frozen=True, kw_only=True):
+    topic: str
+    partition: int
+    error_code: ErrorCode = ErrorCode.NONE
+    error_message: str = ""
+    high_watermark: int = -1
+    log_start_offset: int = -1
+    log_end_offset: int = -1
+    records: bytes = b""
+    diverging_epoch: tuple[int, int] | None = None
+    leader_epoch: int = -1
+
+
+class ListOffsetsItem(msgspec.Struct, frozen=True, kw_only=True):
+    topic: str
+    partition: int
+    timestamp_ms: int
+    current_leader_epoch: int = -1
+
+
+class ListOffsetsResult(msgspec.Struct, frozen=True, kw_only=True):
+    topic: str
+    partition: int
+    error_code: ErrorCode = ErrorCode.NONE
+    error_message: str = ""
+    offset: int = -1
+    timestamp_ms: int = -1
+    leader_epoch: int = -1
+
+
+def _error_fields(exc: MiniKafkaError) -> tuple[ErrorCode, str]:
+    return exc.code, str(exc)
+
+
+def diverging_epoch(partition: Partition, item: FetchItem) -> tuple[int, int] | None:
+    """Leader-side check of the fetcher's last fetched epoch (KIP-320 / KIP-595).
+
+    Returns (epoch, end_offset) when the fetcher's log diverges from ours: our log has no
+    such epoch, or that epoch ends before the fetch offset.
+    """
+    if item.last_fetched_epoch < 0:
+        return None
+    epoch, end_offset = partition.log.epoch_cache.end_offset_for(
+        item.last_fetched_epoch, partition.log.log_end_offset
+    )
+    if epoch != item.last_fetched_epoch or end_offset < item.fetch_offset:
+        return (epoch, end_offset)
+    return None
+
+
+class ReplicaManager:
+    """All partition replicas of one broker."""
+
+    def __init__(
+        self,
+        *,
+        config: BrokerConfig,
+        logs: LogManager,
+        clock: Clock,
+        topic_configs: Callable[[str], dict[str, str]],
+    ) -> None:
+        self._config = config
+        self._logs = logs
+        self._clock = clock
+        self._topic_configs = topic_configs
+        self.partitions: dict[tuple[str, int], Partition] = {}
+        #: Called after a follower fetch moved the leader state (ISR management hook).
+        self.on_follower_fetch: Callable[[Partition, int], None] | None = None
+
+    # ---- partition lifecycle ---------------------------------------------------
+
+    def settings_for(self, topic: str) -> TopicSettings:
+        return resolve_topic_settings(self._config, self._topic_configs(topic))
+
+    def get_or_create_partition(self, topic: str, partition: int) -> Partition:
+        key = (topic, partition)
+        found = self.partitions.get(key)
+        if found is not None:
+            return found
+        settings = self.settings_for(topic)
+        log = self._logs.get_or_create(topic, partition, settings.log)
+        created = Partition(
+            topic=topic,
+            partition=partition,
+            log=log,
+            local_broker_id=self._config.broker_id,
+            settings=settings,
+        )
+        self.partitions[key] = created
+        return created
+
+    def refresh_settings(self, topic: str) -> None:
+        """Re-resolve a topic's settings after its configs changed."""
+        settings = self.settings_for(topic)
+        for (name, _), partition in self.partitions.items():
+            if name == topic:
+                partition.settings = settings
+
+    def remove_partition(self, topic: str, partition: int, *, delete: bool) -> None:
+        found = self.partitions.pop((topic, partition), None)
+        if found is not None:
+            found.make_offline()
+        if delete:
+            self._logs.delete(topic, partition)
+
+    def get_partition(self, topic: str, partition: int) -> Partition:
+        found = self.partitions.get((topic, partition))
+        if found is None:
+            raise UnknownTopicOrPartitionError(
+                f"this broker hosts no replica of {topic}-{partition}"
+            )
+        return found
+
+    def leader_partition(self, topic: str, partition: int) -> Partition:
+        found = self.get_partition(topic, partition)
+        if found.role is not Role.LEADER:
+            raise NotLeaderOrFollowerError(
+                f"broker {self._config.broker_id} is not the leader of {topic}-{partition}"
+                f" (leader is {found.leader_id})"
+            )
+        return found
+
+    # ---- produce ---------------------------------------------------------------
+
+    async def produce(
+        self, *, acks: int, timeout_ms: int, items: Sequence[ProduceItem]
+    ) -> list[ProduceResult]:
+        """Append each item on its leader; for acks=all wait until the HW covers it."""
+        if acks not in (0, 1, -1):
+            return [
+                ProduceResult(
+                    topic=item.topic,
+                    partition=item.partition,
+                    error_code=ErrorCode.INVALID_REQUIRED_ACKS,
+                    error_message=InvalidRequiredAcksError(
+                        f"acks must be 0, 1 or -1 (all), got {acks}"
+                    ).message,
+                )
+                for item in items
+            ]
+        now_ms = self._clock.wall_ms()
+        results: list[ProduceResult] = []
+        waits: list[tuple[int, Partition, int]] = []
+        for item in items:
+            try:
+                partition = self.get_partition(item.topic, item.partition)
+                info = partition.append_as_leader(
+                    item.records,
+                    acks=acks,
+                    current_leader_epoch=item.current_leader_epoch,
+                    now_ms=now_ms,
+                )
+            except MiniKafkaError as exc:
+                code, message = _error_fields(exc)
+                results.append(
+                    ProduceResult(
+                        topic=item.topic,
+                        partition=item.partition,
+                        error_code=code,
+                        error_message=message,
+                    )
+                )
+                continue
+            if acks == -1:
+                waits.append((len(results), partition, info.last_offset + 1))
+            results.append(
+                ProduceResult(
+                    topic=item.topic,
+                    partition=item.partition,
+                    base_offset=info.first_offset,
+                    log_append_time_ms=info.log_append_time_ms,
+                    log_start_offset=partition.log.log_start_offset,
+                )
+            )
+        if waits:
+            outcomes = await asyncio.gather(
+                *(partition.wait_for_high_watermark(end, timeout_ms) for _, partition, end in waits)
+            )
+            for (index, _, _), code in zip(waits, outcomes, strict=True):
+                if code is not ErrorCode.NONE:
+                    results[index] = msgspec.structs.replace(
+                        results[index],
+                        error_code=code,
+                        error_message=_wait_error_message(code, timeout_ms),
+                    )
+        return results
+
+    # ---- fetch -----------------------------------------------------------------
+
+    async def fetch(
+        self,
+        *,
+        items: Sequence[FetchItem],
+        max_wait_ms: int,
+        min_bytes: int,
+        max_bytes: int,
+        replica_id: int | None,
+    ) -> list[FetchResult]:
+        """Serve a consumer fetch (`replica_id` None, bounded by the HW) or a follower fetch.
+
+        Long-polls: if fewer than `min_bytes` are available it waits for any of the
+        partitions to change, up to `max_wait_ms`. Never polls on a timer.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(0, max_wait_ms) / 1000
+        if replica_id is not None:
+            self._record_follower_fetches(items, replica_id)
+        while True:
+            results, total_bytes, watched = self._read_all(
+                items, max_bytes=max_bytes, replica_id=replica_id
+            )
+            remaining = deadline - loop.time()
+            errors = any(result.error_code is not ErrorCode.NONE for result in results)
+            if total_bytes >= max(1, min_bytes) or errors or remaining <= 0 or not watched:
+                return results
+            waiters = [partition.changed() for partition in watched]
+            done, _ = await asyncio.wait(
+                [asyncio.ensure_future(asyncio.shield(w)) for w in waiters],
+                timeout=remaining,
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+            if not done:
+                return results
+
+    def _record_follower_fetches(self, items: Sequence[FetchItem], replica_id: int) -> None:
+        now_ms = self._clock.monotonic_ms()
+        for item in items:
+            partition = self.partitions.get((item.topic, item.partition))
+            if partition is None or partition.role is not Role.LEADER:
+                continue
+            if replica_id not in partition.replicas:
+                continue
+            partition.record_follower_fetch(replica_id, item.fetch_offset, now_ms)
+            if self.on_follower_fetch is not None:
+                self.on_follower_fetch(partition, replica_id)
+
+    def _read_all(
+        self, items: Sequence[FetchItem], *, max_bytes: int, replica_id: int | None
+    ) -> tuple[list[FetchResult], int, list[Partition]]:
+        results: list[FetchResult] = []
+        watched: list[Partition] = []
+        budget = max_bytes
+        total = 0
+        for item in items:
+            try:
+                partition = self.get_partition(item.topic, item.partition)
+                if replica_id is not None:
+                    if partition.role is not Role.LEADER:
+                        raise NotLeaderOrFollowerError(
+                            f"broker {self._config.broker_id} is not the leader of "
+                            f"{item.topic}-{item.partition}"
+                        )
+                    if replica_id not in partition.replicas:
+                        raise NotLeaderOrFollowerError(
+                            f"broker {replica_id} is not a replica of {item.topic}-{item.partition}"
+                        )
+                diverging = (
+                    diverging_epoch(partition, item) if partition.role is Role.LEADER else None
+                )
+                if diverging is not None:
+                    read = PartitionRead(
+                        records=b"",
+                        high_watermark=partition.log.high_watermark,
+                        log_start_offset=partition.log.log_start_offset,
+                        log_end_offset=partition.log.log_end_offset,
+                        leader_epoch=partition.leader_epoch,
+                        diverging_epoch=diverging,
+                    )
+                else:
+                    read = partition.read(
+                        item.fetch_offset,
+                        max_bytes=max(0, min(item.partition_max_bytes, budget)),
+                        current_leader_epoch=item.current_leader_epoch,
+                        up_to_high_watermark=replica_id is None,
+                        min_one_batch=total == 0,
+                    )
+            except MiniKafkaError as exc:
+                code, message = _error_fields(exc)
+                results.append(
+                    FetchResult(
+                        topic=item.topic,
+                        partition=item.partition,
+                        error_code=code,
+                        error_message=message,
+                    )
+                )
+                continue
+            watched.append(partition)
+            size = len(read.records)
+            budget -= size
+            total += size
+            results.append(
+                FetchResult(
+                    topic=item.topic,
+                    partition=item.partition,
+                    high_watermark=read.high_watermark,
+                    log_start_offset=read.log_start_offset,
+                    log_end_offset=read.log_end_offset,
+                    records=read.records,
+                    diverging_epoch=read.diverging_epoch,
+                    leader_epoch=read.leader_epoch,
+                )
+            )
+            if read.diverging_epoch is not None:
+                total = max(total, 1)  # answer at once: the fetcher must truncate
+        return results, total, watched
+
+    # ---- list offsets ----------------------------------------------------------
+
+    def list_offsets(self, items: Sequence[ListOffsetsItem]) -> list[ListOffsetsResult]:
+        results: list[ListOffsetsResult] = []
+        for item in items:
+            try:
+                partition = self.leader_partition(item.topic, item.partition)
+                check_leader_epoch(item.current_leader_epoch, partition.leader_epoch)
+                log = partition.log
+                if item.timestamp_ms == EARLIEST_TIMESTAMP:
+                    offset, timestamp = log.log_start_offset, -1
+                elif item.timestamp_ms == LATEST_TIMESTAMP:
+                    offset, timestamp = log.high_watermark, -1
+                elif item.timestamp_ms >= 0:
+                    found = log.offset_for_timestamp(item.timestamp_ms)
+                    if found is None or found[0] >= log.high_watermark:
+                        offset, timestamp = -1, -1
+                    else:
+                        offset, timestamp = found
+                else:
+                    results.append(
+                        ListOffsetsResult(
+                            topic=item.topic,
+                            partition=item.partition,
+                            error_code=ErrorCode.INVALID_REQUEST,
+                            error_message=(
+                                f"timestamp {item.timestamp_ms} is not -2 (earliest), "
+                                "-1 (latest) or a time >= 0"
+                            ),
+                        )
+                    )
+                    continue
+            except MiniKafkaError as exc:
+                code, message = _error_fields(exc)
+                results.append(
+                    ListOffsetsResult(
+                        topic=item.topic,
+                        partition=item.partition,
+                        error_code=code,
+                        error_message=message,
+                    )
+                )
+                continue
+            results.append(
+                ListOffsetsResult(
+                    topic=item.topic,
+                    partition=item.partition,
+                    offset=offset,
+                    timestamp_ms=timestamp,
+                    leader_epoch=partition.leader_epoch,
+                )
+            )
+        return results
+
+
+def _wait_error_message(code: ErrorCode, timeout_ms: int) -> str:
+    if code is ErrorCode.REQUEST_TIMED_OUT:
+        return f"the high watermark did not reach the batch within {timeout_ms} ms"
+    if code is ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND:
+        return "the ISR fell below min.insync.replicas after the append; the batch may be lost"
+    if code is ErrorCode.NOT_LEADER_OR_FOLLOWER:
+        return "leadership moved while waiting for replication; the batch may be lost"
+    return code.name

@@ -1,0 +1,36 @@
+"""minikafka's Python client: producer and consumer (sync and asyncio), and admin.
+
+    from client import Producer, Consumer, TopicPartition
+
+    with Producer(bootstrap_servers="127.0.0.1:9092") as producer:
+        producer.send("orders", b"hello", key=b"k1").result(timeout=10)
+
+    with Consumer("orders", bootstrap_servers="127.0.0.1:9092",
+                  auto_offset_reset="earliest") as consumer:
+        for batch in consumer.poll(timeout_ms=1000).values():
+            for record in batch:
+                print(record.offset, record.key, record.value)
+
+The asyncio twins are `AsyncProducer` and `AsyncConsumer`; errors live in
+`client.errors`.
+"""
+
+from client.accumulator import FutureRecordMetadata
+from client.admin import Admin, AsyncAdmin
+from client.consumer import AsyncConsumer, Consumer
+from client.producer import AsyncProducer, Producer
+from client.records import ConsumerRecord, NewTopic, RecordMetadata, TopicPartition
+
+__all__ = [
+    "Admin",
+    "AsyncAdmin",
+    "AsyncConsumer",
+    "AsyncProducer",
+    "Consumer",
+    "ConsumerRecord",
+    "FutureRecordMetadata",
+    "NewTopic",
+    "Producer",
+    "RecordMetadata",
+    "TopicPartition",
+]

@@ -1,0 +1,357 @@
+"""The client's error hierarchy: one class per wire error code, with kafka-python's names.
+
+Every class derives from `MiniKafkaClientError` (alias `KafkaError`), itself a
+`minikafka.errors.MiniKafkaError`, and carries as class attributes `errno` (Kafka's
+numeric code), `retriable` and `invalid_metadata` (refresh metadata before retrying).
+`for_code(code)` maps a numeric code from a response to its class. Client-side
+conditions with no wire code (`KafkaTimeoutError`, `NoBrokersAvailable`,
+`LogTruncationError`, ...) are part of the same hierarchy.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, ClassVar
+
+from minikafka.errors import (
+    INVALID_METADATA_CODES,
+    RETRIABLE_CODES,
+    ErrorCode,
+    MiniKafkaError,
+)
+
+if TYPE_CHECKING:
+    from client.records import TopicPartition
+
+
+class MiniKafkaClientError(MiniKafkaError):
+    """Base of every error the client raises.
+
+    `errno`, `retriable` and `invalid_metadata` are class attributes derived from
+    `default_code` unless a subclass sets them itself.
+    """
+
+    errno: ClassVar[int] = int(ErrorCode.UNKNOWN_SERVER_ERROR)
+    retriable: ClassVar[bool] = False
+    invalid_metadata: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__
+        if "errno" not in own:
+            cls.errno = int(cls.default_code)
+        if "retriable" not in own:
+            cls.retriable = cls.default_code in RETRIABLE_CODES
+        if "invalid_metadata" not in own:
+            cls.invalid_metadata = cls.default_code in INVALID_METADATA_CODES
+
+    @property
+    def description(self) -> str:
+        return self.code.name
+
+
+#: kafka-python's name for the base class.
+KafkaError = MiniKafkaClientError
+
+
+class BrokerResponseError(MiniKafkaClientError):
+    """An error code returned by a broker for a partition, topic or request."""
+
+
+# ---- one class per wire code --------------------------------------------------------
+
+
+class UnknownServerError(BrokerResponseError):
+    default_code = ErrorCode.UNKNOWN_SERVER_ERROR
+
+
+class OffsetOutOfRangeError(BrokerResponseError):
+    default_code = ErrorCode.OFFSET_OUT_OF_RANGE
+
+
+class CorruptRecordError(BrokerResponseError):
+    default_code = ErrorCode.CORRUPT_MESSAGE
+
+
+class UnknownTopicOrPartitionError(BrokerResponseError):
+    default_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+class InvalidFetchRequestError(BrokerResponseError):
+    default_code = ErrorCode.INVALID_FETCH_SIZE
+
+
+class LeaderNotAvailableError(BrokerResponseError):
+    default_code = ErrorCode.LEADER_NOT_AVAILABLE
+
+
+class NotLeaderOrFollowerError(BrokerResponseError):
+    default_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
+
+
+#: kafka-python's (and aiokafka's) older name.
+NotLeaderForPartitionError = NotLeaderOrFollowerError
+
+
+class RequestTimedOutError(BrokerResponseError):
+    default_code = ErrorCode.REQUEST_TIMED_OUT
+
+
+class BrokerNotAvailableError(BrokerResponseError):
+    default_code = ErrorCode.BROKER_NOT_AVAILABLE
+
+
+class ReplicaNotAvailableError(BrokerResponseError):
+    default_code = ErrorCode.REPLICA_NOT_AVAILABLE
+
+
+class MessageSizeTooLargeError(BrokerResponseError):
+    default_code = ErrorCode.MESSAGE_TOO_LARGE
+
+
+#: aiokafka's name.
+RecordTooLargeError = MessageSizeTooLargeError
+
+
+class StaleControllerEpochError(BrokerResponseError):
+    default_code = ErrorCode.STALE_CONTROLLER_EPOCH
+
+
+class NetworkExceptionError(BrokerResponseError):
+    default_code = ErrorCode.NETWORK_EXCEPTION
+
+
+class InvalidTopicError(BrokerResponseError):
+    default_code = ErrorCode.INVALID_TOPIC_EXCEPTION
+
+
+class RecordListTooLargeError(BrokerResponseError):
+    default_code = ErrorCode.RECORD_LIST_TOO_LARGE
+
+
+class NotEnoughReplicasError(BrokerResponseError):
+    default_code = ErrorCode.NOT_ENOUGH_REPLICAS
+
+
+class NotEnoughReplicasAfterAppendError(BrokerResponseError):
+    default_code = ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+
+
+class InvalidRequiredAcksError(BrokerResponseError):
+    default_code = ErrorCode.INVALID_REQUIRED_ACKS
+
+
+class InvalidTimestampError(BrokerResponseError):
+    default_code = ErrorCode.INVALID_TIMESTAMP
+
+
+class UnsupportedVersionError(BrokerResponseError):
+    default_code = ErrorCode.UNSUPPORTED_VERSION
+
+
+class TopicAlreadyExistsError(BrokerResponseError):
+    default_code = ErrorCode.TOPIC_ALREADY_EXISTS
+
+
+class InvalidPartitionsError(BrokerResponseError):
+    default_code = ErrorCode.INVALID_PARTITIONS
+
+
+class InvalidReplicationFactorError(BrokerResponseError):
+    default_code = ErrorCode.INVALID_REPLICATION_FACTOR
+
+
+class InvalidReplicaAssignmentError(BrokerResponseError):
+    default_code = ErrorCode.INVALID_REPLICA_ASSIGNMENT
+
+
+class InvalidConfigurationError(BrokerResponseError):
+    default_code = ErrorCode.INVALID_CONFIG
+
+
+class NotControllerError(BrokerResponseError):
+    default_code = ErrorCode.NOT_CONTROLLER
+
+
+class InvalidRequestError(BrokerResponseError):
+    default_code = ErrorCode.INVALID_REQUEST
+
+
+class PolicyViolationError(BrokerResponseError):
+    default_code = ErrorCode.POLICY_VIOLATION
+
+
+class OutOfOrderSequenceNumberError(BrokerResponseError):
+    default_code = ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+
+
+class DuplicateSequenceNumberError(BrokerResponseError):
+    default_code = ErrorCode.DUPLICATE_SEQUENCE_NUMBER
+
+
+class InvalidProducerEpochError(BrokerResponseError):
+    default_code = ErrorCode.INVALID_PRODUCER_EPOCH
+
+
+class KafkaStorageError(BrokerResponseError):
+    default_code = ErrorCode.KAFKA_STORAGE_ERROR
+
+
+class UnknownProducerIdError(BrokerResponseError):
+    default_code = ErrorCode.UNKNOWN_PRODUCER_ID
+
+
+class FencedLeaderEpochError(BrokerResponseError):
+    default_code = ErrorCode.FENCED_LEADER_EPOCH
+
+
+class UnknownLeaderEpochError(BrokerResponseError):
+    default_code = ErrorCode.UNKNOWN_LEADER_EPOCH
+
+
+class UnsupportedCompressionTypeError(BrokerResponseError):
+    default_code = ErrorCode.UNSUPPORTED_COMPRESSION_TYPE
+
+
+class StaleBrokerEpochError(BrokerResponseError):
+    default_code = ErrorCode.STALE_BROKER_EPOCH
+
+
+class OffsetNotAvailableError(BrokerResponseError):
+    default_code = ErrorCode.OFFSET_NOT_AVAILABLE
+
+
+class PreferredLeaderNotAvailableError(BrokerResponseError):
+    default_code = ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
+
+
+class EligibleLeadersNotAvailableError(BrokerResponseError):
+    default_code = ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE
+
+
+class ElectionNotNeededError(BrokerResponseError):
+    default_code = ErrorCode.ELECTION_NOT_NEEDED
+
+
+class InvalidRecordError(BrokerResponseError):
+    default_code = ErrorCode.INVALID_RECORD
+
+
+class InvalidUpdateVersionError(BrokerResponseError):
+    default_code = ErrorCode.INVALID_UPDATE_VERSION
+
+
+class DuplicateBrokerRegistrationError(BrokerResponseError):
+    default_code = ErrorCode.DUPLICATE_BROKER_REGISTRATION
+
+
+class BrokerIdNotRegisteredError(BrokerResponseError):
+    default_code = ErrorCode.BROKER_ID_NOT_REGISTERED
+
+
+class IneligibleReplicaError(BrokerResponseError):
+    default_code = ErrorCode.INELIGIBLE_REPLICA
+
+
+# ---- client-side conditions ---------------------------------------------------------
+
+
+class KafkaTimeoutError(MiniKafkaClientError, TimeoutError):
+    """A client-side deadline passed (delivery timeout, max block, request timeout).
+
+    Also a `TimeoutError`, so code written for `concurrent.futures` catches it.
+    """
+
+    default_code = ErrorCode.REQUEST_TIMED_OUT
+    retriable = True
+    invalid_metadata = False
+
+
+class KafkaConnectionError(MiniKafkaClientError):
+    """A broker could not be reached, or the connection broke during a call."""
+
+    default_code = ErrorCode.NETWORK_EXCEPTION
+    retriable = True
+    invalid_metadata = True
+
+
+class NoBrokersAvailable(KafkaConnectionError):
+    """None of the bootstrap or known brokers answered."""
+
+
+class IllegalStateError(MiniKafkaClientError):
+    """The client was used in a state that does not allow the call (closed, not started)."""
+
+    retriable = False
+    invalid_metadata = False
+
+
+class ProducerClosedError(IllegalStateError):
+    """`send()` after `close()` / `stop()`."""
+
+
+class ConsumerStoppedError(IllegalStateError):
+    """The consumer was closed while a call waited on it."""
+
+
+class NoOffsetForPartitionError(MiniKafkaClientError):
+    """The partition has no position and `auto_offset_reset` is "none"."""
+
+    default_code = ErrorCode.OFFSET_OUT_OF_RANGE
+    retriable = False
+    invalid_metadata = False
+
+    def __init__(self, tp: TopicPartition) -> None:
+        self.tp = tp
+        super().__init__(f"no position for {tp.topic}-{tp.partition} and auto_offset_reset='none'")
+
+
+class LogTruncationError(MiniKafkaClientError):
+    """The log was truncated under the consumer (e.g. after an unclean election).
+
+    The consumer had consumed up to `offset` (its position), but the leader's log
+    diverges from what it read at `divergent_offset`: records in
+    `[divergent_offset, offset)` that the consumer saw no longer exist.
+    """
+
+    default_code = ErrorCode.OFFSET_OUT_OF_RANGE
+    retriable = False
+    invalid_metadata = False
+
+    def __init__(self, tp: TopicPartition, offset: int, divergent_offset: int) -> None:
+        self.tp = tp
+        self.offset = offset
+        self.divergent_offset = divergent_offset
+        super().__init__(
+            f"log of {tp.topic}-{tp.partition} was truncated under the consumer: position "
+            f"{offset}, the leader's log diverges at offset {divergent_offset}"
+        )
+
+
+def _code_classes() -> dict[int, type[BrokerResponseError]]:
+    table: dict[int, type[BrokerResponseError]] = {}
+    pending: list[type[BrokerResponseError]] = [BrokerResponseError]
+    while pending:
+        cls = pending.pop()
+        pending.extend(cls.__subclasses__())
+        if cls is not BrokerResponseError:
+            table.setdefault(int(cls.default_code), cls)
+    return table
+
+
+_BY_CODE: dict[int, type[BrokerResponseError]] = _code_classes()
+
+
+def for_code(code: int) -> type[BrokerResponseError]:
+    """The error class for a numeric wire code (`UnknownServerError` for unknown codes)."""
+    return _BY_CODE.get(code, UnknownServerError)
+
+
+def from_response(code: int, message: str = "", *, context: str = "") -> BrokerResponseError:
+    """An instance of the class for `code`, with the broker's message and our context."""
+    cls = for_code(code)
+    known = code in ErrorCode._value2member_map_
+    wire_code = ErrorCode(code) if known else ErrorCode.UNKNOWN_SERVER_ERROR
+    text = message or (wire_code.name if known else f"unknown error code {code}")
+    if context:
+        text = f"{context}: {text} [{wire_code.name}]"
+    return cls(text, code=wire_code)

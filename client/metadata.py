@@ -1,0 +1,141 @@
+"""The client's view of the cluster (PURE): brokers and partition leadership.
+
+`ClusterView.from_response` turns a `MetadataResponse` into a frozen value; the
+producer, consumer and admin ask it who leads a partition, which replica to read from
+(`client_rack`, KIP-392) and which partitions a topic has. Refreshing is the
+transport's job; this module never does I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import msgspec
+
+from minikafka.errors import ErrorCode
+from minikafka.v1 import broker_pb2
+
+
+class BrokerInfo(msgspec.Struct, frozen=True, kw_only=True):
+    broker_id: int
+    host: str
+    port: int
+    rack: str = ""
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+class PartitionInfo(msgspec.Struct, frozen=True, kw_only=True):
+    topic: str
+    partition: int
+    leader: int
+    leader_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    error_code: int = 0
+
+
+class TopicInfo(msgspec.Struct, frozen=True, kw_only=True):
+    name: str
+    error_code: int
+    partitions: dict[int, PartitionInfo]
+    configs: dict[str, str]
+
+
+class ClusterView(msgspec.Struct, frozen=True, kw_only=True):
+    cluster_id: str = ""
+    controller_id: int = -1
+    brokers: dict[int, BrokerInfo] = msgspec.field(default_factory=dict)
+    topics: dict[str, TopicInfo] = msgspec.field(default_factory=dict)
+
+    @classmethod
+    def from_response(cls, response: broker_pb2.MetadataResponse) -> ClusterView:
+        brokers = {
+            b.broker_id: BrokerInfo(broker_id=b.broker_id, host=b.host, port=b.port, rack=b.rack)
+            for b in response.brokers
+        }
+        topics = {
+            t.name: TopicInfo(
+                name=t.name,
+                error_code=int(t.error_code),
+                partitions={
+                    p.partition: PartitionInfo(
+                        topic=t.name,
+                        partition=p.partition,
+                        leader=p.leader,
+                        leader_epoch=p.leader_epoch,
+                        replicas=tuple(p.replicas),
+                        isr=tuple(p.isr),
+                        error_code=int(p.error_code),
+                    )
+                    for p in t.partitions
+                },
+                configs=dict(t.configs),
+            )
+            for t in response.topics
+        }
+        return cls(
+            cluster_id=response.cluster_id,
+            controller_id=response.controller_id,
+            brokers=brokers,
+            topics=topics,
+        )
+
+    def merged(self, newer: ClusterView, refreshed_topics: Iterable[str]) -> ClusterView:
+        """`newer` for brokers and the refreshed topics; our view for topics not asked for."""
+        asked = set(refreshed_topics)
+        topics = {name: t for name, t in self.topics.items() if name not in asked and asked}
+        topics.update(newer.topics)
+        return ClusterView(
+            cluster_id=newer.cluster_id or self.cluster_id,
+            controller_id=newer.controller_id,
+            brokers=newer.brokers or self.brokers,
+            topics=topics,
+        )
+
+    def partitions_for(self, topic: str) -> list[int] | None:
+        """Sorted partition ids of `topic`, or None when the topic is unknown."""
+        info = self.topics.get(topic)
+        if info is None or info.error_code != ErrorCode.NONE or not info.partitions:
+            return None
+        return sorted(info.partitions)
+
+    def available_partitions(self, topic: str) -> list[int]:
+        """Partitions of `topic` that have a leader we know how to reach."""
+        info = self.topics.get(topic)
+        if info is None:
+            return []
+        return sorted(
+            p.partition
+            for p in info.partitions.values()
+            if p.leader >= 0 and p.leader in self.brokers
+        )
+
+    def partition(self, topic: str, partition: int) -> PartitionInfo | None:
+        info = self.topics.get(topic)
+        return None if info is None else info.partitions.get(partition)
+
+    def leader(self, topic: str, partition: int) -> BrokerInfo | None:
+        """The leader of the partition, or None when it has none or it is unknown."""
+        p = self.partition(topic, partition)
+        if p is None or p.leader < 0:
+            return None
+        return self.brokers.get(p.leader)
+
+    def read_replica(
+        self, topic: str, partition: int, client_rack: str | None
+    ) -> BrokerInfo | None:
+        """Where a consumer in `client_rack` should fetch from: an in-sync replica in the
+        same rack when there is one (KIP-392), otherwise the leader."""
+        p = self.partition(topic, partition)
+        if p is None or p.leader < 0:
+            return None
+        leader = self.brokers.get(p.leader)
+        if client_rack and (leader is None or leader.rack != client_rack):
+            for replica_id in p.isr:
+                broker = self.brokers.get(replica_id)
+                if broker is not None and broker.rack == client_rack:
+                    return broker
+        return leader

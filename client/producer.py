@@ -1,0 +1,828 @@
+"""The producer: `AsyncProducer` (asyncio) and `Producer` (sync, on a private loop thread).
+
+`send()` partitions a record (murmur2 for keys, sticky otherwise), appends it to the
+partition's open batch in the `RecordAccumulator` and returns a `FutureRecordMetadata`.
+A sender task drains ready batches, encodes each with one `build_batch` call (with the
+producer id, epoch and sequence when idempotent), groups them by leader into Produce
+requests, and keeps several requests in flight. Retriable errors are retried with
+back-off until `delivery_timeout_ms`, refreshing metadata first when the error says the
+leader moved; definite errors fail only the affected batch's records.
+
+Idempotence (default with acks=all): a producer id and epoch from `InitProducerId`, a
+sequence per partition, at most `max_in_flight_requests_per_connection` (<= 5) batches
+in flight per partition, retries resent with their original sequence and in sequence
+order; DUPLICATE_SEQUENCE_NUMBER means "already written" and counts as success.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Sequence
+from types import TracebackType
+from typing import Any, Final, Literal
+
+import grpc
+import grpc.aio
+
+from client.accumulator import (
+    BatchResult,
+    BufferFull,
+    FutureRecordMetadata,
+    ProducerBatch,
+    RecordAccumulator,
+    estimate_size,
+)
+from client.errors import (
+    IllegalStateError,
+    KafkaConnectionError,
+    KafkaTimeoutError,
+    MessageSizeTooLargeError,
+    MiniKafkaClientError,
+    ProducerClosedError,
+    from_response,
+)
+from client.loop_thread import LoopThread
+from client.partitioner import DefaultPartitioner, Partitioner
+from client.records import RecordMetadata, TopicPartition
+from client.transport import BrokerConnections, is_connection_error
+from minikafka.errors import INVALID_METADATA_CODES, RETRIABLE_CODES, ErrorCode
+from minikafka.record_batch import Compression, build_batch
+from minikafka.v1 import broker_pb2
+
+logger = logging.getLogger(__name__)
+
+Serializer = Callable[[Any], bytes | None]
+Headers = Sequence[tuple[str, bytes]] | None
+
+DEFAULT_BATCH_SIZE: Final = 256 * 1024
+MAX_IN_FLIGHT_IDEMPOTENT: Final = 5
+
+
+def parse_acks(acks: int | str) -> int:
+    """`all` / -1 / 0 / 1 -> the wire value."""
+    if isinstance(acks, str):
+        text = acks.strip().lower()
+        if text == "all":
+            return -1
+        try:
+            acks = int(text)
+        except ValueError:
+            raise ValueError(f"acks must be 0, 1, -1 or 'all', got {acks!r}") from None
+    if acks not in (-1, 0, 1):
+        raise ValueError(f"acks must be 0, 1, -1 or 'all', got {acks!r}")
+    return acks
+
+
+def _now_ms() -> float:
+    return time.monotonic() * 1000
+
+
+def _to_bytes(
+    what: str, data: Any, serializer: Serializer | None
+) -> bytes | None:  # kafka-python semantics
+    if serializer is not None:
+        data = serializer(data)
+    if data is None or isinstance(data, bytes):
+        return data
+    if isinstance(data, (bytearray, memoryview)):
+        return bytes(data)
+    raise TypeError(
+        f"{what} must be bytes or None, got {type(data).__name__}; "
+        f"pass {what}_serializer= to convert it (e.g. str.encode)"
+    )
+
+
+class AsyncProducer:
+    """asyncio producer. `await start()` (or `async with`), `await send(...)`,
+    `await send_and_wait(...)`, `await flush()`, `await stop()`.
+
+    Example::
+
+        async with AsyncProducer(bootstrap_servers="127.0.0.1:9092") as producer:
+            md = await producer.send_and_wait("orders", b"hello", key=b"k1")
+            fut = await producer.send("orders", b"later")   # queued; await fut for metadata
+    """
+
+    def __init__(
+        self,
+        bootstrap_servers: str | Sequence[str] = "localhost:9092",
+        *,
+        client_id: str = "minikafka-python",
+        acks: int | str = -1,
+        linger_ms: int = 5,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        buffer_memory: int = 64 << 20,
+        max_request_size: int = 8 << 20,
+        retries: int | None = None,
+        retry_backoff_ms: int = 100,
+        request_timeout_ms: int = 30_000,
+        delivery_timeout_ms: int = 120_000,
+        max_block_ms: int = 60_000,
+        metadata_max_age_ms: int = 300_000,
+        enable_idempotence: bool | None = None,
+        max_in_flight_requests_per_connection: int = 5,
+        compression_type: str | None = None,
+        partitioner: Partitioner | None = None,
+        key_serializer: Serializer | None = None,
+        value_serializer: Serializer | None = None,
+    ) -> None:
+        self.acks = parse_acks(acks)
+        if enable_idempotence is None:
+            enable_idempotence = self.acks == -1
+        if enable_idempotence and self.acks != -1:
+            raise ValueError("enable_idempotence=True requires acks='all' (-1)")
+        if enable_idempotence and not 1 <= max_in_flight_requests_per_connection <= 5:
+            raise ValueError(
+                "enable_idempotence=True requires max_in_flight_requests_per_connection <= 5"
+            )
+        if max_in_flight_requests_per_connection < 1:
+            raise ValueError("max_in_flight_requests_per_connection must be >= 1")
+        if batch_size <= 0 or buffer_memory < batch_size:
+            raise ValueError("need 0 < batch_size <= buffer_memory")
+        if delivery_timeout_ms < linger_ms + request_timeout_ms:
+            raise ValueError(
+                "delivery_timeout_ms must be >= linger_ms + request_timeout_ms "
+                f"({delivery_timeout_ms} < {linger_ms} + {request_timeout_ms})"
+            )
+        self.compression = Compression.parse(compression_type)
+        self.idempotent = enable_idempotence
+        self.linger_ms = linger_ms
+        self.max_request_size = max_request_size
+        self.retries = retries
+        self.retry_backoff_ms = retry_backoff_ms
+        self.request_timeout_ms = request_timeout_ms
+        self.delivery_timeout_ms = delivery_timeout_ms
+        self.max_block_ms = max_block_ms
+        self.max_in_flight = max_in_flight_requests_per_connection
+        self._bootstrap = bootstrap_servers
+        self._client_id = client_id
+        self._metadata_max_age_ms = metadata_max_age_ms
+        self._user_partitioner = partitioner
+        self._partitioner = DefaultPartitioner()
+        self._key_serializer = key_serializer
+        self._value_serializer = value_serializer
+        self.accumulator = RecordAccumulator(batch_size=batch_size, buffer_memory=buffer_memory)
+        self._conn: BrokerConnections | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wakeup: asyncio.Event | None = None
+        self._space_freed: asyncio.Event | None = None
+        self._sender: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._started = False
+        self._closing = False
+        self._closed = False
+        # idempotence state
+        self.producer_id = -1
+        self.producer_epoch = -1
+        self._next_sequence: dict[TopicPartition, int] = {}
+        self._in_flight: dict[TopicPartition, list[ProducerBatch]] = {}
+        self._retrying: set[TopicPartition] = set()
+        self._epoch_bump_pending = False
+        self._in_flight_requests: dict[int, int] = {}
+        self._metadata_task: asyncio.Task[None] | None = None
+        self._fatal: BaseException | None = None
+
+    # ---- lifecycle ------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Connect, fetch metadata and (when idempotent) a producer id; start sending."""
+        if self._started:
+            return
+        self._loop = asyncio.get_running_loop()
+        self._wakeup = asyncio.Event()
+        self._space_freed = asyncio.Event()
+        self._conn = BrokerConnections(
+            self._bootstrap,
+            request_timeout_ms=self.request_timeout_ms,
+            retry_backoff_ms=self.retry_backoff_ms,
+            metadata_max_age_ms=self._metadata_max_age_ms,
+            client_id=self._client_id,
+        )
+        try:
+            await self._conn.refresh()
+            if self.idempotent:
+                await self._init_producer_id()
+        except BaseException:
+            await self._conn.close()
+            raise
+        self._sender = asyncio.create_task(self._run_sender(), name="minikafka-producer-sender")
+        self._started = True
+
+    async def _init_producer_id(self) -> None:
+        assert self._conn is not None
+        request = broker_pb2.InitProducerIdRequest(
+            producer_id=self.producer_id, producer_epoch=self.producer_epoch
+        )
+        errors: list[str] = []
+        deadline = _now_ms() + self.request_timeout_ms
+        while True:
+            for address in self._conn.any_stub_addresses():
+                try:
+                    response = await self._conn.stub(address).InitProducerId(
+                        request, timeout=self._conn.timeout_s
+                    )
+                except grpc.aio.AioRpcError as exc:
+                    errors.append(f"{address}: {exc.code().name} {exc.details()}")
+                    continue
+                if response.error_code == ErrorCode.NONE:
+                    self.producer_id = response.producer_id
+                    self.producer_epoch = response.producer_epoch
+                    self._next_sequence.clear()
+                    logger.info("producer id %s epoch %s", self.producer_id, self.producer_epoch)
+                    return
+                error = from_response(response.error_code, context="InitProducerId")
+                if not error.retriable:
+                    raise error
+                errors.append(f"{address}: {error}")
+            if _now_ms() >= deadline:
+                raise KafkaConnectionError(
+                    "cannot get a producer id for the idempotent producer "
+                    "(pass enable_idempotence=False to produce without one): "
+                    + "; ".join(errors[-3:])
+                )
+            await asyncio.sleep(self.retry_backoff_ms / 1000)
+
+    async def flush(self) -> None:
+        """Send everything buffered now and wait until each of those records is done
+        (bound it with `asyncio.timeout` if needed)."""
+        self._check_started()
+        await self._flush(None)
+
+    async def _flush(self, limit_s: float | None) -> None:
+        pending = self.accumulator.incomplete()
+        if not pending:
+            return
+        self.accumulator.flushing += 1
+        self._wake()
+        try:
+            waiters = [b.aio_future() for b in pending]
+            _done, not_done = await asyncio.wait(waiters, timeout=limit_s)
+            if not_done:
+                raise KafkaTimeoutError(
+                    f"flush: {len(not_done)} batches not done after {limit_s} s"
+                )
+        finally:
+            self.accumulator.flushing -= 1
+
+    async def stop(self, flush_timeout_s: float | None = None) -> None:
+        """Flush (up to `flush_timeout_s` seconds), then close. Records still unsent fail."""
+        if self._closed or not self._started:
+            self._closed = True
+            return
+        self._closing = True
+        try:
+            await self._flush(flush_timeout_s)
+        except KafkaTimeoutError:
+            logger.warning("producer closed with unsent records after %s s", flush_timeout_s)
+        finally:
+            self._closed = True
+            self._wake()
+            for batch in self.accumulator.incomplete():
+                self._fail(batch, ProducerClosedError("producer closed before delivery"))
+            if self._sender is not None:
+                self._sender.cancel()
+                await asyncio.gather(self._sender, return_exceptions=True)
+            for task in list(self._tasks):
+                task.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+            if self._conn is not None:
+                await self._conn.close()
+
+    async def __aenter__(self) -> AsyncProducer:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    # ---- send -----------------------------------------------------------------------
+
+    def _check_started(self) -> None:
+        if self._closing or self._closed:
+            raise ProducerClosedError("the producer is closed")
+        if not self._started:
+            raise IllegalStateError("call `await producer.start()` first")
+
+    async def send(
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        partition: int | None = None,
+        headers: Headers = None,
+        timestamp_ms: int | None = None,
+    ) -> FutureRecordMetadata:
+        """Queue a record; returns an awaitable of its `RecordMetadata`.
+
+        Waits (up to `max_block_ms`) for topic metadata and for buffer space.
+        """
+        self._check_started()
+        assert self._conn is not None
+        assert self._space_freed is not None
+        deadline = _now_ms() + self.max_block_ms
+        while True:
+            outcome = self.try_append(topic, value, key, partition, headers, timestamp_ms)
+            if isinstance(outcome, FutureRecordMetadata):
+                return outcome
+            remaining_ms = deadline - _now_ms()
+            if remaining_ms <= 0:
+                raise KafkaTimeoutError(
+                    f"send blocked longer than max_block_ms={self.max_block_ms} ({outcome})"
+                )
+            if outcome == "metadata":
+                await self._conn.wait_for_topic(topic, int(remaining_ms))
+            else:
+                self._space_freed.clear()
+                self._wake()
+                try:
+                    await asyncio.wait_for(self._space_freed.wait(), remaining_ms / 1000)
+                except TimeoutError:
+                    continue
+
+    async def send_and_wait(
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        partition: int | None = None,
+        headers: Headers = None,
+        timestamp_ms: int | None = None,
+    ) -> RecordMetadata:
+        future = await self.send(topic, value, key, partition, headers, timestamp_ms)
+        return await future
+
+    def try_append(
+        self,
+        topic: str,
+        value: Any,
+        key: Any,
+        partition: int | None,
+        headers: Headers,
+        timestamp_ms: int | None,
+    ) -> FutureRecordMetadata | Literal["metadata", "buffer"]:
+        """Append without waiting: the record's future, or why it must wait. Thread-safe
+        (the sync `Producer` calls it from user threads)."""
+        if self._closing or self._closed:
+            raise ProducerClosedError("the producer is closed")
+        if self._fatal is not None:
+            raise IllegalStateError(f"the producer failed: {self._fatal}") from self._fatal
+        key_bytes = _to_bytes("key", key, self._key_serializer)
+        value_bytes = _to_bytes("value", value, self._value_serializer)
+        if headers:
+            for name, data in headers:
+                if not isinstance(name, str) or not isinstance(data, bytes):
+                    raise TypeError("headers must be a list of (str, bytes) pairs")
+        assert self._conn is not None
+        view = self._conn.view
+        partitions = view.partitions_for(topic)
+        if partitions is None:
+            return "metadata"
+        if partition is None:
+            available = view.available_partitions(topic)
+            if self._user_partitioner is not None:
+                partition = self._user_partitioner(key_bytes, partitions, available)
+            else:
+                partition = self._partitioner(topic, key_bytes, partitions, available)
+        elif partition not in partitions:
+            raise ValueError(
+                f"partition {partition} of {topic!r} does not exist (partitions {partitions})"
+            )
+        size = estimate_size(key_bytes, value_bytes, headers)
+        if size > self.max_request_size:
+            raise MessageSizeTooLargeError(
+                f"record of ~{size} bytes exceeds max_request_size={self.max_request_size}"
+            )
+        if timestamp_ms is None:
+            timestamp_ms = int(time.time() * 1000)
+        tp = TopicPartition(topic, partition)
+        try:
+            future, wake = self.accumulator.append(
+                tp, (timestamp_ms, key_bytes, value_bytes, headers), size, _now_ms()
+            )
+        except BufferFull:
+            return "buffer"
+        if wake:
+            if key_bytes is None and self._user_partitioner is None and future._index > 0:
+                self._partitioner.on_new_batch(
+                    topic, partition, partitions, view.available_partitions(topic)
+                )
+            self._wake_threadsafe()
+        return future
+
+    # ---- sender ---------------------------------------------------------------------
+
+    def _wake(self) -> None:
+        if self._wakeup is not None:
+            self._wakeup.set()
+
+    def _wake_threadsafe(self) -> None:
+        loop = self._loop
+        if loop is None or self._wakeup is None:
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            self._wakeup.set()
+        else:
+            loop.call_soon_threadsafe(self._wakeup.set)
+
+    def _can_send(self, batch: ProducerBatch) -> bool:
+        assert self._conn is not None
+        tp = batch.tp
+        leader = self._conn.view.leader(tp.topic, tp.partition)
+        if leader is None:
+            return False
+        if self._in_flight_requests.get(leader.broker_id, 0) >= self.max_in_flight:
+            return False
+        if not self.idempotent:
+            return True
+        if batch.payload is None and self._epoch_bump_pending:
+            return False
+        in_flight = len(self._in_flight.get(tp, ()))
+        if tp in self._retrying:
+            return in_flight == 0
+        return in_flight < min(self.max_in_flight, MAX_IN_FLIGHT_IDEMPOTENT)
+
+    async def _run_sender(self) -> None:
+        assert self._wakeup is not None
+        assert self._conn is not None
+        try:
+            while not self._closed:
+                now = _now_ms()
+                self._expire(now)
+                if self._epoch_bump_pending and self._ready_for_epoch_bump():
+                    await self._bump_epoch()
+                drained = self.accumulator.drain(
+                    now, self.linger_ms, self._can_send, force=self._closing
+                )
+                if drained.batches:
+                    self._dispatch(drained.batches, now)
+                view = self._conn.view
+                leaderless = [tp for tp in drained.blocked if view.leader(*tp) is None]
+                if leaderless or self._conn.metadata_stale():
+                    self._maybe_refresh_metadata(leaderless)
+                self._wakeup.clear()
+                wait_ms = max(0.0, min(drained.next_ready_ms - _now_ms(), 1000.0))
+                if leaderless:
+                    wait_ms = min(wait_ms, float(self.retry_backoff_ms))
+                if drained.batches:
+                    continue
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wakeup.wait(), wait_ms / 1000)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # a bug: fail every record rather than hang them
+            logger.exception("producer sender crashed")
+            self._fatal = exc
+            for batch in self.accumulator.incomplete():
+                self._fail(batch, IllegalStateError(f"producer sender crashed: {exc!r}"))
+            raise
+
+    def _ready_for_epoch_bump(self) -> bool:
+        if any(self._in_flight.values()):
+            return False
+        return not any(b.payload is not None for b in self.accumulator.queued())
+
+    async def _bump_epoch(self) -> None:
+        try:
+            await self._init_producer_id()
+        except MiniKafkaClientError as exc:
+            logger.warning("cannot bump the producer epoch yet: %s", exc)
+            return
+        self._retrying.clear()
+        self._epoch_bump_pending = False
+
+    def _dispatch(self, batches: list[ProducerBatch], now: float) -> None:
+        assert self._conn is not None
+        by_broker: dict[int, list[ProducerBatch]] = {}
+        for batch in batches:
+            self._encode(batch)
+            batch.attempts += 1
+            leader = self._conn.view.leader(batch.tp.topic, batch.tp.partition)
+            assert leader is not None  # checked by _can_send
+            by_broker.setdefault(leader.broker_id, []).append(batch)
+            if self.idempotent:
+                self._in_flight.setdefault(batch.tp, []).append(batch)
+        for broker_id, group in by_broker.items():
+            request: list[ProducerBatch] = []
+            size = 0
+            for batch in group:
+                assert batch.payload is not None
+                if request and size + len(batch.payload) > self.max_request_size:
+                    self._spawn(self._send_request(broker_id, request))
+                    request, size = [], 0
+                request.append(batch)
+                size += len(batch.payload)
+            if request:
+                self._spawn(self._send_request(broker_id, request))
+
+    def _encode(self, batch: ProducerBatch) -> None:
+        if batch.payload is not None:
+            return
+        if self.idempotent:
+            sequence = self._next_sequence.get(batch.tp, 0)
+            batch.base_sequence = sequence
+            batch.producer_epoch = self.producer_epoch
+            self._next_sequence[batch.tp] = (sequence + batch.record_count) & 0x7FFFFFFF
+            batch.payload = build_batch(
+                batch.records,
+                compression=self.compression,
+                producer_id=self.producer_id,
+                producer_epoch=self.producer_epoch,
+                base_sequence=sequence,
+            )
+        else:
+            batch.payload = build_batch(batch.records, compression=self.compression)
+
+    def _spawn(self, coro: Any) -> None:
+        task: asyncio.Task[None] = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _send_request(self, broker_id: int, batches: list[ProducerBatch]) -> None:
+        assert self._conn is not None
+        self._in_flight_requests[broker_id] = self._in_flight_requests.get(broker_id, 0) + 1
+        try:
+            await self._send_request_inner(broker_id, batches)
+        finally:
+            self._in_flight_requests[broker_id] -= 1
+            self._wake()
+
+    async def _send_request_inner(self, broker_id: int, batches: list[ProducerBatch]) -> None:
+        assert self._conn is not None
+        view = self._conn.view
+        broker = view.brokers.get(broker_id)
+        parts = []
+        for batch in batches:
+            info = view.partition(batch.tp.topic, batch.tp.partition)
+            parts.append(
+                broker_pb2.PartitionProduceData(
+                    topic=batch.tp.topic,
+                    partition=batch.tp.partition,
+                    records=batch.payload,
+                    current_leader_epoch=info.leader_epoch if info is not None else -1,
+                )
+            )
+        request = broker_pb2.ProduceRequest(
+            acks=self.acks, timeout_ms=self.request_timeout_ms, partitions=parts
+        )
+        if broker is None:
+            for batch in batches:
+                self._retry_or_fail(
+                    batch, KafkaConnectionError(f"broker {broker_id} left the cluster")
+                )
+            return
+        try:
+            response = await self._conn.broker_stub(broker).Produce(
+                request, timeout=self.request_timeout_ms / 1000 + 5
+            )
+        except grpc.aio.AioRpcError as exc:
+            if not is_connection_error(exc) and exc.code() != grpc.StatusCode.DEADLINE_EXCEEDED:
+                error: MiniKafkaClientError = IllegalStateError(
+                    f"Produce to broker {broker_id} failed: {exc.code().name} {exc.details()}"
+                )
+                for batch in batches:
+                    self._finish_failed(batch, error)
+                return
+            for batch in batches:
+                batch.maybe_written = True
+                self._retry_or_fail(
+                    batch,
+                    KafkaConnectionError(
+                        f"Produce to broker {broker_id} failed: {exc.code().name}"
+                    ),
+                )
+            self._maybe_refresh_metadata([b.tp for b in batches])
+            return
+        by_tp = {(p.topic, p.partition): p for p in response.partitions}
+        refresh: list[TopicPartition] = []
+        for batch in batches:
+            result = by_tp.get((batch.tp.topic, batch.tp.partition))
+            if result is None:
+                self._finish_failed(
+                    batch,
+                    IllegalStateError(f"broker {broker_id} did not answer for {batch.tp}"),
+                )
+                continue
+            code = int(result.error_code)
+            if code in (ErrorCode.NONE, ErrorCode.DUPLICATE_SEQUENCE_NUMBER):
+                self._finish_ok(
+                    batch,
+                    BatchResult(
+                        result.base_offset, result.log_append_time_ms, result.log_start_offset
+                    )
+                    if self.acks != 0 or result.base_offset >= 0
+                    else BatchResult(-1, -1, -1),
+                )
+                continue
+            error = from_response(
+                code, result.error_message, context=f"Produce {batch.tp.topic}-{batch.tp.partition}"
+            )
+            if code in INVALID_METADATA_CODES:
+                refresh.append(batch.tp)
+            if code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER and self._earlier_pending(batch):
+                self._retry_or_fail(batch, error)
+            elif code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER and self._epoch_bump_pending:
+                # Definitely not written: resend under the next epoch with a new sequence.
+                self._remove_in_flight(batch)
+                batch.payload = None
+                batch.base_sequence = -1
+                self.accumulator.reenqueue(batch, 0.0)
+            elif code in RETRIABLE_CODES:
+                if code in (
+                    ErrorCode.REQUEST_TIMED_OUT,
+                    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+                ):
+                    batch.maybe_written = True
+                self._retry_or_fail(batch, error)
+            else:
+                self._finish_failed(batch, error)
+        if refresh:
+            self._maybe_refresh_metadata(refresh)
+
+    def _earlier_pending(self, batch: ProducerBatch) -> bool:
+        for other in self.accumulator.incomplete():
+            if (
+                other is not batch
+                and other.tp == batch.tp
+                and 0 <= other.base_sequence < batch.base_sequence
+            ):
+                return True
+        return False
+
+    def _remove_in_flight(self, batch: ProducerBatch) -> None:
+        in_flight = self._in_flight.get(batch.tp)
+        if in_flight and batch in in_flight:
+            in_flight.remove(batch)
+
+    def _retry_or_fail(self, batch: ProducerBatch, error: MiniKafkaClientError) -> None:
+        now = _now_ms()
+        self._remove_in_flight(batch)
+        out_of_time = now + self.retry_backoff_ms > batch.created_ms + self.delivery_timeout_ms
+        out_of_retries = self.retries is not None and batch.attempts > self.retries
+        if out_of_time or out_of_retries or self._closed:
+            if out_of_time:
+                error = KafkaTimeoutError(
+                    f"{batch.tp.topic}-{batch.tp.partition}: not delivered within "
+                    f"delivery_timeout_ms={self.delivery_timeout_ms}; last error: {error}"
+                )
+            self._finish_failed(batch, error)
+            return
+        logger.debug("retrying batch for %s after %s", batch.tp, error)
+        if self.idempotent:
+            self._retrying.add(batch.tp)
+        self.accumulator.reenqueue(batch, now + self.retry_backoff_ms)
+
+    def _finish_ok(self, batch: ProducerBatch, result: BatchResult) -> None:
+        self._remove_in_flight(batch)
+        if batch.tp in self._retrying and not any(
+            b.payload is not None and b.tp == batch.tp for b in self.accumulator.queued()
+        ):
+            self._retrying.discard(batch.tp)
+        self.accumulator.release(batch)
+        batch.complete(result)
+        self._space_available()
+
+    def _finish_failed(self, batch: ProducerBatch, error: BaseException) -> None:
+        self._remove_in_flight(batch)
+        if self.idempotent and batch.payload is not None and batch.base_sequence >= 0:
+            # The partition's sequence has a hole now: get a new epoch before reusing it.
+            self._epoch_bump_pending = True
+        self._fail(batch, error)
+
+    def _fail(self, batch: ProducerBatch, error: BaseException) -> None:
+        self.accumulator.release(batch)
+        batch.fail(error)
+        self._space_available()
+
+    def _space_available(self) -> None:
+        if self._space_freed is not None:
+            self._space_freed.set()
+
+    def _expire(self, now: float) -> None:
+        expired = [
+            b
+            for b in self.accumulator.queued()
+            if b.payload is None and now - b.created_ms > self.delivery_timeout_ms
+        ]
+        if expired:
+            self.accumulator.remove_queued(expired)
+            for batch in expired:
+                self._fail(
+                    batch,
+                    KafkaTimeoutError(
+                        f"{batch.tp.topic}-{batch.tp.partition}: {batch.record_count} records "
+                        f"expired after delivery_timeout_ms={self.delivery_timeout_ms} "
+                        "without being sent (no leader?)"
+                    ),
+                )
+
+    def _maybe_refresh_metadata(self, tps: Sequence[TopicPartition]) -> None:
+        if self._metadata_task is not None and not self._metadata_task.done():
+            return
+        self._metadata_task = asyncio.create_task(self._refresh_metadata())
+
+    async def _refresh_metadata(self) -> None:
+        assert self._conn is not None
+        try:
+            await self._conn.refresh()
+        except KafkaConnectionError as exc:
+            logger.warning("metadata refresh failed: %s", exc)
+            await asyncio.sleep(self.retry_backoff_ms / 1000)
+        self._wake()
+
+    # ---- introspection ----------------------------------------------------------------
+
+    async def partitions_for(self, topic: str) -> list[int]:
+        self._check_started()
+        assert self._conn is not None
+        return await self._conn.wait_for_topic(topic, self.max_block_ms)
+
+
+class Producer:
+    """Synchronous producer (kafka-python style); runs an `AsyncProducer` on a private
+    event loop thread.
+
+    Example::
+
+        with Producer(bootstrap_servers="127.0.0.1:9092", acks="all") as producer:
+            future = producer.send("orders", b"hello", key=b"k1")
+            metadata = future.result(timeout=10)  # RecordMetadata(topic, partition, offset...)
+            producer.flush()
+    """
+
+    def __init__(self, bootstrap_servers: str | Sequence[str] = "localhost:9092", **config: Any):
+        self._thread = LoopThread("minikafka-producer")
+        try:
+            self._inner: AsyncProducer = self._thread.run(self._make(bootstrap_servers, config))
+        except BaseException:
+            self._thread.stop()
+            raise
+        self._closed = False
+
+    @staticmethod
+    async def _make(
+        bootstrap_servers: str | Sequence[str], config: dict[str, Any]
+    ) -> AsyncProducer:
+        producer = AsyncProducer(bootstrap_servers, **config)
+        await producer.start()
+        return producer
+
+    def send(
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        partition: int | None = None,
+        headers: Headers = None,
+        timestamp_ms: int | None = None,
+    ) -> FutureRecordMetadata:
+        """Queue a record; returns a future with `.result(timeout)` / `.get(timeout)`.
+
+        Blocks up to `max_block_ms` when topic metadata is missing or the buffer is full.
+        """
+        inner = self._inner
+        outcome = inner.try_append(topic, value, key, partition, headers, timestamp_ms)
+        if isinstance(outcome, FutureRecordMetadata):
+            return outcome
+        return self._thread.run(
+            inner.send(topic, value, key, partition, headers, timestamp_ms),
+            inner.max_block_ms / 1000 + 1,
+        )
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Send everything buffered and wait (at most `timeout` s) until it is done."""
+        self._thread.run(self._inner._flush(timeout))
+
+    def partitions_for(self, topic: str) -> list[int]:
+        return self._thread.run(self._inner.partitions_for(topic))
+
+    def close(self, timeout: float | None = None) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._thread.run(self._inner.stop(timeout))
+        finally:
+            self._thread.stop()
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

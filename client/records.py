@@ -1,0 +1,143 @@
+"""The client's public value types and the decoding of fetched batches into records.
+
+`TopicPartition`, `RecordMetadata`, `ConsumerRecord` are named tuples with
+kafka-python's field names; `NewTopic` describes a topic to create. `decode_fetched`
+turns the bytes of a fetch response into `ConsumerRecord`s with one msgspec call per
+batch, skipping records below the consumer's position (a fetch returns whole batches).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import msgspec
+
+from minikafka.record_batch import TimestampType, decode_records, iter_batches
+
+
+class TopicPartition(NamedTuple):
+    topic: str
+    partition: int
+
+
+class RecordMetadata(NamedTuple):
+    """Where a produced record was written."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    timestamp_type: int = int(TimestampType.CREATE_TIME)
+
+    @property
+    def topic_partition(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
+
+
+class ConsumerRecord(NamedTuple):
+    """One consumed record (kafka-python's field names)."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    timestamp_type: int
+    key: Any
+    value: Any
+    headers: list[tuple[str, bytes]]
+    leader_epoch: int
+
+
+class NewTopic(msgspec.Struct, frozen=True, kw_only=True):
+    """A topic to create with `Admin.create_topics`."""
+
+    name: str
+    num_partitions: int = 1
+    replication_factor: int = 1
+    configs: dict[str, str] = msgspec.field(default_factory=dict)
+
+
+class FetchedBatches(msgspec.Struct, frozen=True, kw_only=True):
+    """What a fetch response holds for one partition, decoded down to records."""
+
+    records: list[ConsumerRecord]
+    #: Offset after the last batch in the response (the next offset to fetch).
+    next_fetch_offset: int
+    #: Leader epoch of the last batch in the response (-1 when there was none).
+    last_epoch: int
+    #: Leader epoch of the last returned record's batch (-1 when no record returned).
+    last_record_epoch: int
+
+
+Deserializer = Callable[[bytes | None], Any]
+
+_new_record = tuple.__new__
+
+
+def decode_fetched(
+    topic: str,
+    partition: int,
+    data: bytes,
+    *,
+    position: int,
+    key_deserializer: Deserializer | None = None,
+    value_deserializer: Deserializer | None = None,
+) -> FetchedBatches:
+    """Decode every batch of `data`, keeping the records at offsets >= `position`.
+
+    Raises `minikafka.record_batch.CorruptBatchError` for a damaged batch.
+    """
+    records: list[ConsumerRecord] = []
+    next_fetch_offset = position
+    last_epoch = -1
+    last_record_epoch = -1
+    view = memoryview(data)
+    for pos, header in iter_batches(view, verify_crc=False):
+        next_offset = header.next_offset
+        if next_offset <= position:
+            last_epoch = header.leader_epoch
+            next_fetch_offset = max(next_fetch_offset, next_offset)
+            continue
+        header, rows = decode_records(view[pos : pos + header.size])
+        base = header.base_offset
+        epoch = header.leader_epoch
+        if header.timestamp_type is TimestampType.LOG_APPEND_TIME:
+            ts_type = int(TimestampType.LOG_APPEND_TIME)
+            fixed_ts: int | None = header.max_timestamp_ms
+        else:
+            ts_type = int(TimestampType.CREATE_TIME)
+            fixed_ts = None
+        first_ts = header.first_timestamp_ms
+        skip = max(0, position - base)
+        for i in range(skip, len(rows)):
+            delta, key, value, hdrs = rows[i]
+            if key_deserializer is not None:
+                key = key_deserializer(key)
+            if value_deserializer is not None:
+                value = value_deserializer(value)
+            records.append(
+                _new_record(
+                    ConsumerRecord,
+                    (
+                        topic,
+                        partition,
+                        base + i,
+                        fixed_ts if fixed_ts is not None else first_ts + delta,
+                        ts_type,
+                        key,
+                        value,
+                        hdrs or [],
+                        epoch,
+                    ),
+                )
+            )
+        last_epoch = epoch
+        last_record_epoch = epoch
+        next_fetch_offset = next_offset
+    return FetchedBatches(
+        records=records,
+        next_fetch_offset=next_fetch_offset,
+        last_epoch=last_epoch,
+        last_record_epoch=last_record_epoch,
+    )

@@ -1,0 +1,187 @@
+"""gRPC plumbing shared by producer, consumer and admin: channels and metadata refresh.
+
+`BrokerConnections` owns one `grpc.aio` channel per broker address, knows the bootstrap
+addresses, and keeps the current `ClusterView`, refreshing it from any reachable broker.
+`parse_bootstrap` validates the `bootstrap_servers` setting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterable, Sequence
+from typing import Final
+
+import grpc
+import grpc.aio
+
+from client.errors import KafkaConnectionError, KafkaTimeoutError, NoBrokersAvailable
+from client.metadata import BrokerInfo, ClusterView
+from minikafka.v1 import broker_pb2, broker_pb2_grpc
+
+logger = logging.getLogger(__name__)
+
+CHANNEL_OPTIONS: Final = (
+    ("grpc.max_send_message_length", 64 << 20),
+    ("grpc.max_receive_message_length", 64 << 20),
+    ("grpc.keepalive_time_ms", 30_000),
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1_000),
+)
+
+#: gRPC status codes that mean "this broker cannot be reached right now".
+CONNECTION_CODES: Final = frozenset(
+    {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.UNKNOWN}
+)
+
+
+def parse_bootstrap(bootstrap_servers: str | Sequence[str]) -> list[str]:
+    """`"h:p"`, `"h1:p1,h2:p2"` or a list of those -> list of `host:port` strings."""
+    items = [bootstrap_servers] if isinstance(bootstrap_servers, str) else list(bootstrap_servers)
+    addresses: list[str] = []
+    for item in items:
+        for part in item.split(","):
+            address = part.strip()
+            if not address:
+                continue
+            host, sep, port = address.rpartition(":")
+            if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise ValueError(
+                    f"bad bootstrap server {address!r}: expected HOST:PORT with a port in 1-65535"
+                )
+            addresses.append(address)
+    if not addresses:
+        raise ValueError("bootstrap_servers is empty: give at least one HOST:PORT")
+    return addresses
+
+
+def is_connection_error(exc: BaseException) -> bool:
+    return isinstance(exc, grpc.aio.AioRpcError) and exc.code() in CONNECTION_CODES
+
+
+class BrokerConnections:
+    """Channels to brokers plus the cluster view; lives on one event loop."""
+
+    def __init__(
+        self,
+        bootstrap_servers: str | Sequence[str],
+        *,
+        request_timeout_ms: int = 30_000,
+        retry_backoff_ms: int = 100,
+        metadata_max_age_ms: int = 300_000,
+        client_id: str = "minikafka-python",
+    ) -> None:
+        self._bootstrap = parse_bootstrap(bootstrap_servers)
+        self.request_timeout_ms = request_timeout_ms
+        self.retry_backoff_ms = retry_backoff_ms
+        self.metadata_max_age_ms = metadata_max_age_ms
+        self.client_id = client_id
+        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._stubs: dict[str, broker_pb2_grpc.BrokerServiceStub] = {}
+        self.view = ClusterView()
+        self._view_time_ms = 0.0
+        self._topics: set[str] = set()
+        self._all_topics = False
+        self._refresh_lock = asyncio.Lock()
+        self._updated = asyncio.Event()
+        self._closed = False
+
+    # ---- channels -------------------------------------------------------------------
+
+    def stub(self, address: str) -> broker_pb2_grpc.BrokerServiceStub:
+        stub = self._stubs.get(address)
+        if stub is None:
+            channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+            self._channels[address] = channel
+            stub = broker_pb2_grpc.BrokerServiceStub(channel)
+            self._stubs[address] = stub
+        return stub
+
+    def broker_stub(self, broker: BrokerInfo) -> broker_pb2_grpc.BrokerServiceStub:
+        return self.stub(broker.address)
+
+    def any_stub_addresses(self) -> list[str]:
+        """Known brokers first, then the bootstrap list (deduplicated)."""
+        seen: list[str] = [b.address for b in self.view.brokers.values()]
+        for address in self._bootstrap:
+            if address not in seen:
+                seen.append(address)
+        return seen
+
+    async def close(self) -> None:
+        self._closed = True
+        channels = list(self._channels.values())
+        self._channels.clear()
+        self._stubs.clear()
+        for channel in channels:
+            await channel.close(grace=None)
+
+    # ---- metadata ---------------------------------------------------------------------
+
+    def add_topics(self, topics: Iterable[str]) -> bool:
+        """Track these topics' metadata; True when any of them was new."""
+        before = len(self._topics)
+        self._topics.update(topics)
+        return len(self._topics) != before
+
+    def track_all_topics(self) -> None:
+        self._all_topics = True
+
+    @property
+    def timeout_s(self) -> float:
+        return self.request_timeout_ms / 1000
+
+    def metadata_stale(self) -> bool:
+        return time.monotonic() * 1000 - self._view_time_ms > self.metadata_max_age_ms
+
+    async def refresh(self, topics: Iterable[str] | None = None) -> ClusterView:
+        """Fetch metadata (tracked topics plus `topics`) from the first broker that
+        answers; raises `NoBrokersAvailable` when none does."""
+        if topics is not None:
+            self.add_topics(topics)
+        async with self._refresh_lock:
+            asked = [] if self._all_topics else sorted(self._topics)
+            errors: list[str] = []
+            for address in self.any_stub_addresses():
+                try:
+                    response = await self.stub(address).Metadata(
+                        broker_pb2.MetadataRequest(topics=asked), timeout=self.timeout_s
+                    )
+                except grpc.aio.AioRpcError as exc:
+                    errors.append(f"{address}: {exc.code().name} {exc.details()}")
+                    continue
+                fresh = ClusterView.from_response(response)
+                self.view = self.view.merged(fresh, asked) if asked else fresh
+                self._view_time_ms = time.monotonic() * 1000
+                self._updated.set()
+                self._updated = asyncio.Event()
+                return self.view
+            raise NoBrokersAvailable("no broker answered a metadata request: " + "; ".join(errors))
+
+    async def wait_for_topic(self, topic: str, timeout_ms: int) -> list[int]:
+        """Partitions of `topic`, refreshing metadata with back-off until it is known."""
+        deadline = time.monotonic() + timeout_ms / 1000
+        self.add_topics([topic])
+        last_error = ""
+        while True:
+            partitions = self.view.partitions_for(topic)
+            if partitions is not None:
+                return partitions
+            try:
+                await self.refresh()
+            except KafkaConnectionError as exc:
+                last_error = str(exc)
+            partitions = self.view.partitions_for(topic)
+            if partitions is not None:
+                return partitions
+            info = self.view.topics.get(topic)
+            if info is not None and info.error_code:
+                last_error = f"error code {info.error_code}"
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise KafkaTimeoutError(
+                    f"topic {topic!r} not in metadata after {timeout_ms} ms"
+                    + (f" ({last_error})" if last_error else "")
+                )
+            await asyncio.sleep(min(self.retry_backoff_ms / 1000, remaining))

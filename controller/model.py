@@ -1,0 +1,101 @@
+"""The controller's metadata model: immutable registrations and the whole cluster state.
+
+Every value here is a frozen Struct; `state_machine.replay` derives a new `ClusterState`
+from the old one and a journal record, and nothing else ever builds one.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Final
+
+import msgspec
+
+NO_LEADER: Final = -1
+
+PartitionKey = tuple[str, int]
+
+
+class PartitionStatus(enum.Enum):
+    ONLINE = "ONLINE"
+    OFFLINE = "OFFLINE"  # no leader
+    RECOVERING = "RECOVERING"  # after an unclean election, until |ISR| >= min.insync.replicas
+
+
+class BrokerRegistration(msgspec.Struct, frozen=True, kw_only=True):
+    """A broker as the controller knows it.
+
+    Lifecycle: registered (fenced) -> unfenced once caught up on metadata -> in controlled
+    shutdown -> fenced. Liveness (heartbeat deadlines) is not journaled: see `liveness`.
+    """
+
+    broker_id: int
+    host: str
+    port: int
+    rack: str = ""
+    incarnation_id: str
+    broker_epoch: int
+    fenced: bool = True
+    in_controlled_shutdown: bool = False
+
+
+class PartitionRegistration(msgspec.Struct, frozen=True, kw_only=True):
+    """Replicas (assignment order, first = preferred), leader, ISR and their epochs.
+
+    `leader_epoch` changes only with the leader; `partition_epoch` on every change.
+    """
+
+    replicas: tuple[int, ...]
+    leader: int
+    leader_epoch: int = 0
+    isr: tuple[int, ...]
+    partition_epoch: int = 0
+    recovering: bool = False  # set by an unclean election, cleared when the ISR is healthy
+
+    @property
+    def status(self) -> PartitionStatus:
+        if self.leader == NO_LEADER:
+            return PartitionStatus.OFFLINE
+        if self.recovering:
+            return PartitionStatus.RECOVERING
+        return PartitionStatus.ONLINE
+
+
+class TopicRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """A topic: name, partition count and its explicitly set configs (validated strings)."""
+
+    name: str
+    num_partitions: int
+    configs: dict[str, str] = msgspec.field(default_factory=dict)
+
+
+class ClusterState(msgspec.Struct, frozen=True, kw_only=True):
+    """Everything the journal holds, as of `metadata_offset` (the last applied record)."""
+
+    cluster_id: str = ""
+    controller_id: int = 0
+    controller_epoch: int = 0
+    metadata_offset: int = 0
+    last_broker_epoch: int = 0  # broker epochs are issued from here, never reused
+    next_producer_id: int = 0
+    brokers: dict[int, BrokerRegistration] = msgspec.field(default_factory=dict)
+    # Offset of the last record that changed each broker (an unfence needs the broker to
+    # have applied metadata at least this new).
+    broker_offsets: dict[int, int] = msgspec.field(default_factory=dict)
+    topics: dict[str, TopicRecord] = msgspec.field(default_factory=dict)
+    partitions: dict[PartitionKey, PartitionRegistration] = msgspec.field(default_factory=dict)
+    deleted_topics: tuple[str, ...] = ()  # the most recent deletions, newest last (bounded)
+
+    def topic_partitions(self, topic: str) -> list[PartitionKey]:
+        record = self.topics.get(topic)
+        if record is None:
+            return []
+        return [(topic, index) for index in range(record.num_partitions)]
+
+    def eligible_brokers(self) -> frozenset[int]:
+        """Brokers that may lead or join an ISR: registered, unfenced, not shutting down."""
+        return frozenset(
+            broker_id
+            for broker_id, broker in self.brokers.items()
+            if not broker.fenced and not broker.in_controlled_shutdown
+        )

@@ -1,0 +1,216 @@
+"""`minikafka dev`: a controller and N brokers as child processes on 127.0.0.1.
+
+Children are started with `python -m minikafka`, waited on through their gRPC health
+service, and stopped with SIGTERM (brokers first, then the controller) on Ctrl-C or
+SIGTERM. Only the processes started here are ever signalled, by pid.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from types import FrameType
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from minikafka.v1 import broker_pb2_grpc, controller_pb2
+
+STARTUP_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 20.0
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _port_is_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def wait_serving(address: str, proc: subprocess.Popen[bytes], timeout_s: float) -> None:
+    """Block until the health service at `address` answers SERVING (or the child dies)."""
+    deadline = time.monotonic() + timeout_s
+    with grpc.insecure_channel(address) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(f"the process for {address} exited with code {proc.returncode}")
+            try:
+                reply = stub.Check(health_pb2.HealthCheckRequest(), timeout=1.0)
+            except grpc.RpcError:
+                with contextlib.suppress(grpc.FutureTimeoutError):
+                    grpc.channel_ready_future(channel).result(timeout=0.25)
+                continue
+            if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                return
+    raise RuntimeError(f"{address} did not become healthy within {timeout_s:.0f}s")
+
+
+class DevCluster:
+    """The child processes of one `minikafka dev` run."""
+
+    def __init__(self, *, brokers: int, data_dir: Path, base_port: int, log_level: str) -> None:
+        self.data_dir = data_dir
+        self.log_level = log_level
+        if base_port:
+            self.broker_ports = [base_port + i for i in range(brokers)]
+            self.controller_port = base_port + 100
+            busy = [p for p in [*self.broker_ports, self.controller_port] if not _port_is_free(p)]
+            if busy:
+                raise RuntimeError(
+                    f"port(s) {', '.join(map(str, busy))} on 127.0.0.1 are in use; stop what "
+                    "uses them or pass --base-port 0 for free ports"
+                )
+        else:
+            self.broker_ports = [_free_port() for _ in range(brokers)]
+            self.controller_port = _free_port()
+        self.children: list[tuple[str, str, subprocess.Popen[bytes]]] = []
+
+    @property
+    def controller_address(self) -> str:
+        return f"127.0.0.1:{self.controller_port}"
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.broker_ports[0]}"
+
+    def _spawn(self, name: str, address: str, args: list[str]) -> subprocess.Popen[bytes]:
+        log_path = self.data_dir / f"{name}.log"
+        with open(log_path, "ab") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "minikafka", *args, "--log-level", self.log_level],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=dict(os.environ, PYTHONUNBUFFERED="1"),
+                start_new_session=True,  # Ctrl-C reaches us only; we stop children in order
+            )
+        self.children.append((name, address, proc))
+        return proc
+
+    def start(self) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        controller = self._spawn(
+            "controller",
+            self.controller_address,
+            [
+                "controller",
+                "--id",
+                "0",
+                "--listen",
+                self.controller_address,
+                "--data-dir",
+                str(self.data_dir / "controller"),
+            ],
+        )
+        wait_serving(self.controller_address, controller, STARTUP_TIMEOUT_S)
+        for index, port in enumerate(self.broker_ports, start=1):
+            address = f"127.0.0.1:{port}"
+            self._spawn(
+                f"broker-{index}",
+                address,
+                [
+                    "broker",
+                    "--id",
+                    str(index),
+                    "--listen",
+                    address,
+                    "--controller",
+                    self.controller_address,
+                    "--data-dir",
+                    str(self.data_dir / f"broker-{index}"),
+                ],
+            )
+        for _, address, proc in self.children[1:]:
+            wait_serving(address, proc, STARTUP_TIMEOUT_S)
+        self._wait_brokers_active(len(self.broker_ports))
+
+    def _wait_brokers_active(self, expected: int) -> None:
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        with grpc.insecure_channel(self.bootstrap) as channel:
+            stub = broker_pb2_grpc.BrokerServiceStub(channel)
+            while time.monotonic() < deadline:
+                with contextlib.suppress(grpc.RpcError):
+                    reply = stub.DescribeCluster(controller_pb2.DescribeClusterRequest(), timeout=2)
+                    active = [b for b in reply.brokers if not b.fenced]
+                    if len(active) >= expected:
+                        return
+                self._check_children()
+                threading.Event().wait(0.2)  # bounded by the deadline; no event to wait on
+        raise RuntimeError(f"the {expected} brokers did not all register within the timeout")
+
+    def _check_children(self) -> None:
+        for name, _, proc in self.children:
+            if proc.poll() is not None:
+                raise RuntimeError(
+                    f"{name} exited with code {proc.returncode}; see "
+                    f"{self.data_dir / (name + '.log')}"
+                )
+
+    def status_table(self) -> str:
+        lines = ["process      address            pid      log"]
+        for name, address, proc in self.children:
+            lines.append(
+                f"{name:<12} {address:<18} {proc.pid:<8} {self.data_dir / (name + '.log')}"
+            )
+        return "\n".join(lines)
+
+    def stop(self) -> None:
+        """SIGTERM brokers (in parallel), then the controller; SIGKILL after a timeout."""
+        brokers = [c for c in self.children if c[0] != "controller"]
+        controllers = [c for c in self.children if c[0] == "controller"]
+        for group in (brokers, controllers):
+            for _, _, proc in group:
+                if proc.poll() is None:
+                    proc.send_signal(signal.SIGTERM)
+            for _, _, proc in group:
+                try:
+                    proc.wait(timeout=STOP_TIMEOUT_S)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(timeout=10)
+
+
+def run_dev_cluster(*, brokers: int, data_dir: Path, base_port: int, log_level: str) -> None:
+    cluster = DevCluster(
+        brokers=brokers, data_dir=data_dir.resolve(), base_port=base_port, log_level=log_level
+    )
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        print(f"starting a controller and {brokers} brokers under {cluster.data_dir} ...")
+        cluster.start()
+        print(cluster.status_table())
+        print(f"\nbootstrap server: {cluster.bootstrap}")
+        print(
+            f"try: minikafka topic create demo --partitions 3 --replication-factor "
+            f"{min(3, brokers)} --bootstrap-server {cluster.bootstrap}"
+        )
+        print("Ctrl-C stops the cluster.", flush=True)
+        while not stop.wait(0.5):
+            cluster._check_children()
+    finally:
+        print("stopping ...", flush=True)
+        cluster.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        print("stopped.")
