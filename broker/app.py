@@ -245,7 +245,7 @@ def _gauge_rows(replicas: ReplicaManager) -> list[tuple[str, int, str, int, int,
             p.settings.min_insync_replicas,
         )
         for p in replicas.partitions.values()
-        if p.role is not Role.NONE
+        if p.role is not Role.OFFLINE
     ]
 
 

@@ -18,6 +18,7 @@ import msgspec
 
 from broker.metadata_cache import MetadataCache, PartitionInfo
 from broker.replica.manager import ReplicaManager
+from broker.replica.transitions import LeaderAndIsrPartition
 from minikafka.errors import ErrorCode
 from minikafka.topic_config import InvalidTopicConfigError, validate_topic_configs
 from minikafka.v1 import common_pb2, controller_pb2
@@ -102,14 +103,19 @@ class StandaloneController:
     def _open_topic(self, name: str, topic: StandaloneTopic, *, now_ms: int) -> None:
         self._metadata.topic_configs[name] = dict(topic.configs)
         for index in range(topic.partitions):
-            partition = self._replicas.get_or_create_partition(name, index)
-            partition.make_leader(
-                leader_epoch=0,
-                partition_epoch=0,
-                replicas=(self._broker_id,),
-                isr=frozenset({self._broker_id}),
-                now_ms=now_ms,
+            code = self._replicas.apply_leader_and_isr(
+                LeaderAndIsrPartition(
+                    topic=name,
+                    partition=index,
+                    leader=self._broker_id,
+                    leader_epoch=0,
+                    partition_epoch=0,
+                    isr=frozenset({self._broker_id}),
+                    replicas=(self._broker_id,),
+                )
             )
+            if code not in (ErrorCode.NONE,):
+                raise RuntimeError(f"cannot lead {name}-{index}: {code.name}")
             self._metadata.update_partition(
                 PartitionInfo(
                     topic=name,

@@ -255,7 +255,7 @@ class IneligibleReplicaError(BrokerResponseError):
 # ---- client-side conditions ---------------------------------------------------------
 
 
-class KafkaTimeoutError(MiniKafkaClientError, TimeoutError):
+class KafkaTimeoutError(MiniKafkaClientError, TimeoutError):  # type: ignore[misc]
     """A client-side deadline passed (delivery timeout, max block, request timeout).
 
     Also a `TimeoutError`, so code written for `concurrent.futures` catches it.

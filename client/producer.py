@@ -50,7 +50,7 @@ from client.records import RecordMetadata, TopicPartition
 from client.transport import BrokerConnections, is_connection_error
 from minikafka.errors import INVALID_METADATA_CODES, RETRIABLE_CODES, ErrorCode
 from minikafka.record_batch import Compression, build_batch
-from minikafka.v1 import broker_pb2
+from minikafka.v1 import broker_pb2, controller_pb2
 
 logger = logging.getLogger(__name__)
 
@@ -213,7 +213,7 @@ class AsyncProducer:
 
     async def _init_producer_id(self) -> None:
         assert self._conn is not None
-        request = broker_pb2.InitProducerIdRequest(
+        request = controller_pb2.InitProducerIdRequest(
             producer_id=self.producer_id, producer_epoch=self.producer_epoch
         )
         errors: list[str] = []
@@ -569,7 +569,7 @@ class AsyncProducer:
                 broker_pb2.PartitionProduceData(
                     topic=batch.tp.topic,
                     partition=batch.tp.partition,
-                    records=batch.payload,
+                    records=batch.payload or b"",
                     current_leader_epoch=info.leader_epoch if info is not None else -1,
                 )
             )

@@ -49,8 +49,9 @@ class ConsumerRecord(NamedTuple):
     leader_epoch: int
 
 
-class NewTopic(msgspec.Struct, frozen=True, kw_only=True):
-    """A topic to create with `Admin.create_topics`."""
+class NewTopic(msgspec.Struct, frozen=True):
+    """A topic to create with `Admin.create_topics`:
+    `NewTopic(name, num_partitions, replication_factor, configs)`."""
 
     name: str
     num_partitions: int = 1

@@ -78,7 +78,7 @@ class BrokerConnections:
         self.metadata_max_age_ms = metadata_max_age_ms
         self.client_id = client_id
         self._channels: dict[str, grpc.aio.Channel] = {}
-        self._stubs: dict[str, broker_pb2_grpc.BrokerServiceStub] = {}
+        self._stubs: dict[str, broker_pb2_grpc.BrokerServiceAsyncStub] = {}
         self.view = ClusterView()
         self._view_time_ms = 0.0
         self._topics: set[str] = set()
@@ -89,7 +89,7 @@ class BrokerConnections:
 
     # ---- channels -------------------------------------------------------------------
 
-    def stub(self, address: str) -> broker_pb2_grpc.BrokerServiceStub:
+    def stub(self, address: str) -> broker_pb2_grpc.BrokerServiceAsyncStub:
         stub = self._stubs.get(address)
         if stub is None:
             channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
@@ -98,7 +98,7 @@ class BrokerConnections:
             self._stubs[address] = stub
         return stub
 
-    def broker_stub(self, broker: BrokerInfo) -> broker_pb2_grpc.BrokerServiceStub:
+    def broker_stub(self, broker: BrokerInfo) -> broker_pb2_grpc.BrokerServiceAsyncStub:
         return self.stub(broker.address)
 
     def any_stub_addresses(self) -> list[str]:

@@ -216,6 +216,15 @@ class LogManager:
         for log in list(self._logs.values()):
             log.maybe_flush(now_ms)
 
+    def abandon(self) -> None:
+        """Release every file and the lock without flushing, checkpointing or writing the
+        clean-shutdown marker: what a crash leaves behind (crash tests, fatal errors)."""
+        for log in self._logs.values():
+            log.abandon()
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+
     def shutdown(self) -> None:
         """Close every log, checkpoint, write the clean-shutdown marker, release the lock."""
         if self._lock_fd < 0:

@@ -262,7 +262,9 @@ class PartitionLog:
             record_count = 0
             max_timestamp_ms = -1
             for pos, header in headers:
-                chunk = view[pos : pos + header.size]
+                size = header.size
+                count = header.record_count
+                chunk = view[pos : pos + size]
                 if log_append_time:
                     buffers.append(
                         stamp(
@@ -281,9 +283,9 @@ class PartitionLog:
                     timestamp_ms = header.max_timestamp_ms
                 batches.append((relative, offset, timestamp_ms))
                 max_timestamp_ms = max(max_timestamp_ms, timestamp_ms)
-                relative += header.size
-                offset += header.record_count
-                record_count += header.record_count
+                relative += size
+                offset += count
+                record_count += count
             self._write(buffers, batches)
             self.epoch_cache.assign(leader_epoch, first_offset)
             self._after_append(offset, record_count, now_ms)
@@ -459,6 +461,8 @@ class PartitionLog:
             segment = self._segments[index]
             found = segment.find_batch(offset)
             if found is None:  # offset is this segment's end: cut at the next segment
+                if index + 1 >= len(self._segments):
+                    return
                 index += 1
                 segment = self._segments[index]
                 position, new_end = 0, segment.base_offset
@@ -520,18 +524,25 @@ class PartitionLog:
             self.epoch_cache.flush()
 
     def maybe_increment_log_start_offset(self, offset: int) -> None:
-        """Raise the log start offset (e.g. to the leader's); never above the HW."""
+        """Raise the log start offset (a follower adopting the leader's); never lowers it.
+
+        `offset` may not pass the LEO (`OffsetOutOfRangeError`). The HW moves up with it
+        if needed: a leader's log start is below its HW, so those offsets are committed.
+        A leader-side caller deleting records must check its own HW first. Segments wholly
+        below the new log start are removed by the next `delete_old_segments`.
+        """
         with self._lock:
             self._check_open()
             if offset <= self.log_start_offset:
                 return
-            if offset > self.high_watermark:
+            if offset > self.log_end_offset:
                 raise OffsetOutOfRangeError(
                     f"cannot move the log start offset of {self.name} to {offset}: above "
-                    f"the high watermark {self.high_watermark}"
+                    f"the log end offset {self.log_end_offset}"
                 )
             logger.info("%s: log start offset %s -> %s", self.name, self.log_start_offset, offset)
             self.log_start_offset = offset
+            self.high_watermark = max(self.high_watermark, offset)
             self.epoch_cache.truncate_from_start(offset)
             self.epoch_cache.flush()
 
@@ -590,7 +601,11 @@ class PartitionLog:
             self._first_unflushed_ms = -1
         try:
             for segment in dirty:
-                segment.flush()
+                try:
+                    segment.flush()
+                except OSError:
+                    if segment.fileno() >= 0:
+                        raise  # a real fsync failure, not a segment deleted meanwhile
             if dir_dirty:
                 fsync_dir(self.directory)
             with self._lock:
@@ -637,6 +652,14 @@ class PartitionLog:
                 for segment in self._segments:
                     segment.close()
                 self._closed = True
+
+    def abandon(self) -> None:
+        """Release the files without flushing or persisting anything: exactly what a crash
+        leaves on disk (used by crash tests and after a fatal storage error)."""
+        with self._lock:
+            for segment in self._segments:
+                segment.close()
+            self._closed = True
 
     def delete(self) -> None:
         """Close and remove the partition directory."""

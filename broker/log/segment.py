@@ -157,24 +157,29 @@ class LogSegment:
         `next_offset` is -1 when nothing is returned.
         """
         buf = self.read_at(position, max_bytes) if max_bytes > 0 else b""
+        available = len(buf)
         taken = 0
         first_offset = next_offset = -1
-        while len(buf) - taken >= HEADER_SIZE:
-            peek = BatchPeek(buf, taken)
-            if taken + peek.size > len(buf):
+        unpack_prefix = _PREFIX.unpack_from
+        unpack_delta = _LAST_DELTA.unpack_from
+        while available - taken >= HEADER_SIZE:
+            base_offset, length = unpack_prefix(buf, taken)
+            end = taken + length + LENGTH_PREFIX_SIZE
+            if end > available:
                 break
-            if max_offset is not None and peek.last_offset >= max_offset:
+            last_offset = base_offset + unpack_delta(buf, taken + _LAST_DELTA_POS)[0]
+            if max_offset is not None and last_offset >= max_offset:
                 break
             if first_offset < 0:
-                first_offset = peek.base_offset
-            next_offset = peek.last_offset + 1
-            taken += peek.size
+                first_offset = base_offset
+            next_offset = last_offset + 1
+            taken = end
         if taken == 0 and min_one_batch and position < self.size:
             peek = self.peek_at(position)
             if max_offset is not None and peek.last_offset >= max_offset:
                 return b"", -1, -1
             return self.read_at(position, peek.size), peek.base_offset, peek.last_offset + 1
-        return buf[:taken], first_offset, next_offset
+        return (buf if taken == available else buf[:taken]), first_offset, next_offset
 
     def next_offset_after(self, position: int) -> int | None:
         """Walk headers from `position` (a batch start) to the end: the offset after the
@@ -216,33 +221,47 @@ class LogSegment:
         """Write `buffers` at the end; `batches` lists `(relative position, base offset,
         max timestamp)` of each batch in them, for the index and the timestamp."""
         start = self.size
-        total = sum(len(b) for b in buffers)
-        pending: list[bytes | memoryview] = [b for b in buffers if len(b)]
-        position = start
+        total = sum(map(len, buffers))
         self._dirty = True
         try:
-            while pending:
-                written = os.pwritev(self._fd, pending[:_IOV_MAX], position)
-                position += written
-                while pending and written >= len(pending[0]):
-                    written -= len(pending[0])
-                    pending.pop(0)
-                if pending and written:
-                    pending[0] = memoryview(pending[0])[written:]
+            written = os.pwritev(self._fd, buffers[:_IOV_MAX], start)
+            if written != total:
+                self._write_rest(buffers, written, start)
         except OSError:
             os.ftruncate(self._fd, start)  # never leave a torn batch behind a failed write
             raise
+        since = self._bytes_since_index_entry
+        index_empty = not len(self.index)
         previous = 0
+        largest = -1
         for relative, base_offset, max_timestamp_ms in batches:
-            self._bytes_since_index_entry += relative - previous
+            since += relative - previous
             previous = relative
-            if self._bytes_since_index_entry >= index_interval_bytes or not len(self.index):
+            if since >= index_interval_bytes or index_empty:
                 self.index.append(base_offset, start + relative)
-                self._bytes_since_index_entry = 0
-            if self._max_timestamp_ms is not None:
-                self._max_timestamp_ms = max(self._max_timestamp_ms, max_timestamp_ms)
-        self._bytes_since_index_entry += total - previous
+                since = 0
+                index_empty = False
+            if max_timestamp_ms > largest:
+                largest = max_timestamp_ms
+        self._bytes_since_index_entry = since + total - previous
+        if self._max_timestamp_ms is not None and largest > self._max_timestamp_ms:
+            self._max_timestamp_ms = largest
         self.size = start + total
+
+    def _write_rest(self, buffers: Sequence[bytes | memoryview], written: int, start: int) -> None:
+        """Finish a short `pwritev` (rare: signals, huge requests)."""
+        pending: list[bytes | memoryview] = [b for b in buffers if len(b)]
+        position = start + written
+        while True:
+            while pending and written >= len(pending[0]):
+                written -= len(pending[0])
+                pending.pop(0)
+            if not pending:
+                return
+            if written:
+                pending[0] = memoryview(pending[0])[written:]
+            written = os.pwritev(self._fd, pending[:_IOV_MAX], position)
+            position += written
 
     def rebuild_index(
         self, entries: Sequence[tuple[int, BatchHeader]], index_interval_bytes: int

@@ -20,7 +20,10 @@ from broker.errors import (
     UnknownTopicOrPartitionError,
 )
 from broker.log.manager import LogManager
-from broker.replica.partition import Partition, PartitionRead, Role, check_leader_epoch
+from broker.replica.isr import AlterPartitionItem
+from broker.replica.partition import Partition, Role
+from broker.replica.transitions import LeaderAndIsrPartition, check_leader_epoch
+from broker.replica.truncation import FetchOffsetOutOfRange, diverging_epoch_for_fetch
 from broker.topic_settings import TopicSettings, resolve_topic_settings
 from minikafka.errors import ErrorCode, MiniKafkaError
 
@@ -90,22 +93,6 @@ def _error_fields(exc: MiniKafkaError) -> tuple[ErrorCode, str]:
     return exc.code, str(exc)
 
 
-def diverging_epoch(partition: Partition, item: FetchItem) -> tuple[int, int] | None:
-    """Leader-side check of the fetcher's last fetched epoch (KIP-320 / KIP-595).
-
-    Returns (epoch, end_offset) when the fetcher's log diverges from ours: our log has no
-    such epoch, or that epoch ends before the fetch offset.
-    """
-    if item.last_fetched_epoch < 0:
-        return None
-    epoch, end_offset = partition.log.epoch_cache.end_offset_for(
-        item.last_fetched_epoch, partition.log.log_end_offset
-    )
-    if epoch != item.last_fetched_epoch or end_offset < item.fetch_offset:
-        return (epoch, end_offset)
-    return None
-
-
 class ReplicaManager:
     """All partition replicas of one broker."""
 
@@ -122,8 +109,8 @@ class ReplicaManager:
         self._clock = clock
         self._topic_configs = topic_configs
         self.partitions: dict[tuple[str, int], Partition] = {}
-        #: Called after a follower fetch moved the leader state (ISR management hook).
-        self.on_follower_fetch: Callable[[Partition, int], None] | None = None
+        #: Called with an AlterPartition proposal that a follower fetch produced (expand).
+        self.on_isr_proposal: Callable[[Partition, AlterPartitionItem], None] | None = None
 
     # ---- partition lifecycle ---------------------------------------------------
 
@@ -143,21 +130,40 @@ class ReplicaManager:
             log=log,
             local_broker_id=self._config.broker_id,
             settings=settings,
+            clock=self._clock,
+            replica_lag_time_max_ms=self._config.replica_lag_time_max_ms,
         )
         self.partitions[key] = created
         return created
+
+    def apply_leader_and_isr(self, update: LeaderAndIsrPartition) -> ErrorCode:
+        """Apply one partition state from the controller (creating the replica if new)."""
+        if self._config.broker_id not in update.replicas:
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        partition = self.get_or_create_partition(update.topic, update.partition)
+        return partition.apply_update(update)
+
+    def stop_replica(
+        self, topic: str, partition: int, *, leader_epoch: int, delete: bool
+    ) -> ErrorCode:
+        """StopReplica: stop serving (and delete the log if asked); fenced by leader epoch."""
+        found = self.partitions.get((topic, partition))
+        if found is not None and 0 <= leader_epoch < found.leader_epoch:
+            return ErrorCode.FENCED_LEADER_EPOCH
+        self.remove_partition(topic, partition, delete=delete)
+        return ErrorCode.NONE
 
     def refresh_settings(self, topic: str) -> None:
         """Re-resolve a topic's settings after its configs changed."""
         settings = self.settings_for(topic)
         for (name, _), partition in self.partitions.items():
             if name == topic:
-                partition.settings = settings
+                partition.update_settings(settings)
 
     def remove_partition(self, topic: str, partition: int, *, delete: bool) -> None:
         found = self.partitions.pop((topic, partition), None)
         if found is not None:
-            found.make_offline()
+            found.stop()
         if delete:
             self._logs.delete(topic, partition)
 
@@ -281,16 +287,17 @@ class ReplicaManager:
                 return results
 
     def _record_follower_fetches(self, items: Sequence[FetchItem], replica_id: int) -> None:
-        now_ms = self._clock.monotonic_ms()
         for item in items:
             partition = self.partitions.get((item.topic, item.partition))
             if partition is None or partition.role is not Role.LEADER:
                 continue
-            if replica_id not in partition.replicas:
-                continue
-            partition.record_follower_fetch(replica_id, item.fetch_offset, now_ms)
-            if self.on_follower_fetch is not None:
-                self.on_follower_fetch(partition, replica_id)
+            if item.current_leader_epoch not in (-1, partition.leader_epoch):
+                continue  # fenced below; says nothing about the current epoch
+            if _diverges(partition, item):
+                continue  # the follower has not truncated yet (Kafka skips it too)
+            proposal = partition.record_follower_fetch(replica_id, item.fetch_offset)
+            if proposal is not None and self.on_isr_proposal is not None:
+                self.on_isr_proposal(partition, proposal)
 
     def _read_all(
         self, items: Sequence[FetchItem], *, max_bytes: int, replica_id: int | None
@@ -300,46 +307,34 @@ class ReplicaManager:
         budget = max_bytes
         total = 0
         for item in items:
+            partition: Partition | None = None
             try:
                 partition = self.get_partition(item.topic, item.partition)
-                if replica_id is not None:
-                    if partition.role is not Role.LEADER:
-                        raise NotLeaderOrFollowerError(
-                            f"broker {self._config.broker_id} is not the leader of "
-                            f"{item.topic}-{item.partition}"
-                        )
-                    if replica_id not in partition.replicas:
-                        raise NotLeaderOrFollowerError(
-                            f"broker {replica_id} is not a replica of {item.topic}-{item.partition}"
-                        )
-                diverging = (
-                    diverging_epoch(partition, item) if partition.role is Role.LEADER else None
+                if replica_id is not None and replica_id not in partition.replicas:
+                    raise NotLeaderOrFollowerError(
+                        f"broker {replica_id} is not a replica of {item.topic}-{item.partition}"
+                    )
+                read = partition.read(
+                    item.fetch_offset,
+                    max_bytes=max(0, min(item.partition_max_bytes, budget)),
+                    current_leader_epoch=item.current_leader_epoch,
+                    last_fetched_epoch=item.last_fetched_epoch,
+                    replica_fetch=replica_id is not None,
+                    min_one_batch=total == 0,
                 )
-                if diverging is not None:
-                    read = PartitionRead(
-                        records=b"",
-                        high_watermark=partition.log.high_watermark,
-                        log_start_offset=partition.log.log_start_offset,
-                        log_end_offset=partition.log.log_end_offset,
-                        leader_epoch=partition.leader_epoch,
-                        diverging_epoch=diverging,
-                    )
-                else:
-                    read = partition.read(
-                        item.fetch_offset,
-                        max_bytes=max(0, min(item.partition_max_bytes, budget)),
-                        current_leader_epoch=item.current_leader_epoch,
-                        up_to_high_watermark=replica_id is None,
-                        min_one_batch=total == 0,
-                    )
             except MiniKafkaError as exc:
                 code, message = _error_fields(exc)
+                log = partition.log if partition is not None else None
                 results.append(
                     FetchResult(
                         topic=item.topic,
                         partition=item.partition,
                         error_code=code,
                         error_message=message,
+                        high_watermark=log.high_watermark if log is not None else -1,
+                        log_start_offset=log.log_start_offset if log is not None else -1,
+                        log_end_offset=log.log_end_offset if log is not None else -1,
+                        leader_epoch=partition.leader_epoch if partition is not None else -1,
                     )
                 )
                 continue
@@ -370,7 +365,9 @@ class ReplicaManager:
         for item in items:
             try:
                 partition = self.leader_partition(item.topic, item.partition)
-                check_leader_epoch(item.current_leader_epoch, partition.leader_epoch)
+                fenced = check_leader_epoch(item.current_leader_epoch, partition.leader_epoch)
+                if fenced is not None:
+                    raise MiniKafkaError(f"leader epoch is {partition.leader_epoch}", code=fenced)
                 log = partition.log
                 if item.timestamp_ms == EARLIEST_TIMESTAMP:
                     offset, timestamp = log.log_start_offset, -1
@@ -426,3 +423,21 @@ def _wait_error_message(code: ErrorCode, timeout_ms: int) -> str:
     if code is ErrorCode.NOT_LEADER_OR_FOLLOWER:
         return "leadership moved while waiting for replication; the batch may be lost"
     return code.name
+
+
+def _diverges(partition: Partition, item: FetchItem) -> bool:
+    """Whether a follower fetch still carries a diverging tail (it must truncate first)."""
+    if item.last_fetched_epoch < 0:
+        return False
+    log = partition.log
+    try:
+        found = diverging_epoch_for_fetch(
+            local_entries=[(e.epoch, e.start_offset) for e in log.epoch_cache.entries()],
+            log_end_offset=log.log_end_offset,
+            log_start_offset=log.log_start_offset,
+            fetch_offset=item.fetch_offset,
+            last_fetched_epoch=item.last_fetched_epoch,
+        )
+    except FetchOffsetOutOfRange:
+        return True
+    return found is not None

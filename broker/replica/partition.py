@@ -1,58 +1,91 @@
 """Partition: binds one PartitionLog to its replication state on this broker.
 
-Caller: ReplicaManager (and through it the gRPC servicers and the follower fetcher).
-Affects: the partition's log, high watermark, ISR view and waiters.
+Caller: ReplicaManager (and through it the gRPC servicers, the follower fetcher and the
+ISR reporter). Affects: the partition's log, high watermark, ISR view and waiters.
 
-Roles and their transitions (driven by LeaderAndIsr from the controller, or by the
-standalone topic store):
+The state is an immutable `ReplicaState` (`LeaderState | FollowerState | OfflineState`,
+`broker/replica/state.py`); every decision is a pure function of `broker/replica/`
+(`transitions`, `isr`, `high_watermark`, `truncation`) and this class only holds the
+current value, performs the log I/O the decision asks for, and wakes waiters.
 
-    NONE -> LEADER | FOLLOWER            first LeaderAndIsr naming this broker
-    LEADER <-> FOLLOWER                  a newer leader epoch names another leader
-    any -> NONE                          StopReplica / topic deleted
+Roles (driven by LeaderAndIsr from the controller, or by the standalone topic store):
 
-Waiting is event-driven: every change of the log end offset or high watermark resolves
-the current `changed()` future, so long-poll fetches and acks=all produces wake up
-without polling.
+    OFFLINE -> LEADER | FOLLOWER      first LeaderAndIsr naming this broker
+    LEADER <-> FOLLOWER               a newer leader epoch names another leader
+    any -> OFFLINE                    StopReplica / topic deleted
+
+Waiting is event-driven: every change of LEO, HW, ISR or role resolves the current
+`changed()` future, so long-poll fetches and acks=all produces wake up without polling.
 """
 
 from __future__ import annotations
 
 import asyncio
-import enum
 import logging
 
 import msgspec
 
-from broker.errors import (
-    FencedLeaderEpochError,
-    NotEnoughReplicasError,
-    NotLeaderOrFollowerError,
-    UnknownLeaderEpochError,
+from broker.clock import Clock
+from broker.errors import BrokerError, NotEnoughReplicasError
+from broker.log.errors import OffsetOutOfRangeError
+from broker.log.partition_log import AppendInfo, PartitionLog
+from broker.replica.high_watermark import (
+    ProduceOutcome,
+    advance_high_watermark,
+    can_append_with_acks_all,
+    follower_high_watermark,
+    produce_outcome,
 )
-from broker.log.partition_log import AppendInfo, PartitionLog, ReadResult
+from broker.replica.isr import (
+    AlterPartitionItem,
+    AlterPartitionOutcome,
+    AlterPartitionResult,
+    ExpandIsr,
+    NotAFollowerError,
+    ShrinkIsr,
+    apply_alter_partition_result,
+    pending_alter_partition,
+    propose_isr_change,
+    record_follower_fetch,
+    replica_to_expand,
+    replicas_to_shrink,
+)
+from broker.replica.state import (
+    NO_LEADER,
+    FollowerState,
+    LeaderState,
+    OfflineState,
+    ReplicaRole,
+    ReplicaState,
+)
+from broker.replica.transitions import (
+    BecomeFollower,
+    BecomeLeader,
+    Ignore,
+    LeaderAndIsrPartition,
+    UpdateIsr,
+    apply_leader_isr_update,
+    check_partition_access,
+    decide_partition_update,
+    new_follower_state,
+    new_leader_state,
+    stopped_state,
+)
+from broker.replica.truncation import (
+    EpochEndOffset,
+    FetchOffsetOutOfRange,
+    diverging_epoch_for_fetch,
+    out_of_range_reset,
+    truncation_point,
+)
 from broker.topic_settings import TopicSettings
 from minikafka.errors import ErrorCode
 
 logger = logging.getLogger(__name__)
 state_change_logger = logging.getLogger("minikafka.state_change")
 
-NO_LEADER = -1
-
-
-class Role(enum.Enum):
-    NONE = "none"
-    LEADER = "leader"
-    FOLLOWER = "follower"
-
-
-class FollowerProgress(msgspec.Struct, frozen=True, kw_only=True):
-    """What the leader knows about one follower (Kafka's ReplicaState)."""
-
-    broker_id: int
-    log_end_offset: int = -1
-    last_caught_up_time_ms: int = 0
-    last_fetch_time_ms: int = 0
-    last_fetch_leader_leo: int = -1
+#: Kept for readers of this module: the roles are `ReplicaRole`.
+Role = ReplicaRole
 
 
 class PartitionRead(msgspec.Struct, frozen=True, kw_only=True):
@@ -66,19 +99,6 @@ class PartitionRead(msgspec.Struct, frozen=True, kw_only=True):
     diverging_epoch: tuple[int, int] | None = None
 
 
-def check_leader_epoch(requested: int, current: int) -> None:
-    """Fence requests made against another leader epoch (-1 skips the check)."""
-    if requested < 0 or requested == current:
-        return
-    if requested < current:
-        raise FencedLeaderEpochError(
-            f"request leader epoch {requested} is older than the current epoch {current}"
-        )
-    raise UnknownLeaderEpochError(
-        f"request leader epoch {requested} is newer than this broker's epoch {current}"
-    )
-
-
 class Partition:
     """One partition replica hosted by this broker."""
 
@@ -90,26 +110,58 @@ class Partition:
         log: PartitionLog,
         local_broker_id: int,
         settings: TopicSettings,
+        clock: Clock,
+        replica_lag_time_max_ms: int,
     ) -> None:
         self.topic = topic
         self.partition = partition
         self.log = log
         self.local_broker_id = local_broker_id
         self.settings = settings
-        self.role = Role.NONE
-        self.leader_id = NO_LEADER
-        self.leader_epoch = -1
-        self.partition_epoch = -1
-        self.replicas: tuple[int, ...] = ()
-        self.isr: frozenset[int] = frozenset()
-        self.followers: dict[int, FollowerProgress] = {}
+        self._clock = clock
+        self._lag_ms = replica_lag_time_max_ms
+        self.state: ReplicaState = OfflineState(topic=topic, partition=partition)
+        #: Brokers the metadata shows fenced or shutting down: they may not join the ISR.
+        self.ineligible: frozenset[int] = frozenset()
+        self.last_alter_sent_ms = 0
         self._changed: asyncio.Future[None] | None = None
         self._log_prefix = f"[Partition {topic}-{partition} broker={local_broker_id}] "
+
+    def __repr__(self) -> str:
+        return f"Partition({self.topic}-{self.partition}, {self.state.role.value})"
+
+    # ---- views -----------------------------------------------------------------
+
+    @property
+    def role(self) -> ReplicaRole:
+        return self.state.role
+
+    @property
+    def leader_id(self) -> int:
+        return self.state.leader_id
+
+    @property
+    def leader_epoch(self) -> int:
+        return self.state.leader_epoch
+
+    @property
+    def partition_epoch(self) -> int:
+        return self.state.partition_epoch
+
+    @property
+    def replicas(self) -> tuple[int, ...]:
+        state = self.state
+        return () if isinstance(state, OfflineState) else state.replicas
+
+    @property
+    def isr(self) -> frozenset[int]:
+        state = self.state
+        return frozenset() if isinstance(state, OfflineState) else state.isr
 
     # ---- waiting ---------------------------------------------------------------
 
     def changed(self) -> asyncio.Future[None]:
-        """A future resolved at the next change of LEO, HW or role."""
+        """A future resolved at the next change of LEO, HW, ISR or role."""
         if self._changed is None or self._changed.done():
             self._changed = asyncio.get_running_loop().create_future()
         return self._changed
@@ -120,120 +172,147 @@ class Partition:
 
     # ---- role changes ----------------------------------------------------------
 
-    def make_leader(
-        self,
-        *,
-        leader_epoch: int,
-        partition_epoch: int,
-        replicas: tuple[int, ...],
-        isr: frozenset[int],
-        now_ms: int,
-    ) -> None:
-        """Become (or stay) leader at `leader_epoch`.
+    def apply_update(self, update: LeaderAndIsrPartition) -> ErrorCode:
+        """Apply one LeaderAndIsr partition state; returns the per-partition answer."""
+        decision = decide_partition_update(self.state, update, local_broker_id=self.local_broker_id)
+        now_ms = self._clock.monotonic_ms()
+        match decision:
+            case Ignore(reason=reason, error_code=code):
+                if code is not ErrorCode.NONE:
+                    logger.info(
+                        "%signored LeaderAndIsr (epoch %s/%s): %s",
+                        self._log_prefix,
+                        update.leader_epoch,
+                        update.partition_epoch,
+                        reason.value,
+                    )
+                return code
+            case BecomeLeader():
+                # Record where our epoch starts before anything is appended in it, so a
+                # follower asking about any later epoch gets an answer (KIP-279).
+                self.log.epoch_cache.assign(update.leader_epoch, self.log.log_end_offset)
+                leader = new_leader_state(
+                    update,
+                    previous=self.state,
+                    log_end_offset=self.log.log_end_offset,
+                    high_watermark=self.log.high_watermark,
+                    min_insync_replicas=self.settings.min_insync_replicas,
+                    now_ms=now_ms,
+                )
+                self.state = leader
+                state_change_logger.info(
+                    "%sbecame leader at epoch %s (partition epoch %s, isr %s, leo %s, hw %s)",
+                    self._log_prefix,
+                    update.leader_epoch,
+                    update.partition_epoch,
+                    sorted(update.isr),
+                    self.log.log_end_offset,
+                    self.log.high_watermark,
+                )
+                self._advance_high_watermark()
+            case BecomeFollower():
+                self.state = new_follower_state(update)
+                state_change_logger.info(
+                    "%sbecame follower of %s at epoch %s (leo %s, hw %s)",
+                    self._log_prefix,
+                    update.leader,
+                    update.leader_epoch,
+                    self.log.log_end_offset,
+                    self.log.high_watermark,
+                )
+            case UpdateIsr():
+                current = self.state
+                if isinstance(current, LeaderState):
+                    self.state = apply_leader_isr_update(current, update)
+                    self._advance_high_watermark()
+                else:
+                    self.state = new_follower_state(update)
+                state_change_logger.info(
+                    "%sisr is now %s (partition epoch %s)",
+                    self._log_prefix,
+                    sorted(update.isr),
+                    update.partition_epoch,
+                )
+        self._signal()
+        return ErrorCode.NONE
 
-        Follower progress is reset: a new leader does not know its followers' LEOs until
-        they fetch, so the HW cannot move on stale information (Kafka does the same).
-        """
-        new_epoch = leader_epoch != self.leader_epoch or self.role is not Role.LEADER
-        self.role = Role.LEADER
-        self.leader_id = self.local_broker_id
-        self.leader_epoch = leader_epoch
-        self.partition_epoch = partition_epoch
-        self.replicas = replicas
-        self.isr = isr
-        if new_epoch:
-            self.log.epoch_cache.assign(leader_epoch, self.log.log_end_offset)
-            self.followers = {
-                broker: FollowerProgress(broker_id=broker, last_caught_up_time_ms=now_ms)
-                for broker in replicas
-                if broker != self.local_broker_id
-            }
-            state_change_logger.info(
-                "%sbecame leader at epoch %s (partition epoch %s, isr %s, leo %s, hw %s)",
-                self._log_prefix,
-                leader_epoch,
-                partition_epoch,
-                sorted(isr),
-                self.log.log_end_offset,
-                self.log.high_watermark,
+    def stop(self) -> None:
+        """StopReplica: stop serving, keep the epochs so stale updates stay fenced."""
+        self.state = stopped_state(self.state)
+        self._signal()
+
+    def update_settings(self, settings: TopicSettings) -> None:
+        self.settings = settings
+        state = self.state
+        if isinstance(state, LeaderState):
+            self.state = msgspec.structs.replace(
+                state, min_insync_replicas=settings.min_insync_replicas
             )
-        self._maybe_advance_high_watermark()
-        self._signal()
-
-    def make_follower(
-        self,
-        *,
-        leader_id: int,
-        leader_epoch: int,
-        partition_epoch: int,
-        replicas: tuple[int, ...],
-        isr: frozenset[int],
-    ) -> None:
-        """Follow `leader_id` at `leader_epoch`; the fetcher truncates by epoch first."""
-        self.role = Role.FOLLOWER
-        self.leader_id = leader_id
-        self.leader_epoch = leader_epoch
-        self.partition_epoch = partition_epoch
-        self.replicas = replicas
-        self.isr = isr
-        self.followers = {}
-        state_change_logger.info(
-            "%sbecame follower of %s at epoch %s (leo %s, hw %s)",
-            self._log_prefix,
-            leader_id,
-            leader_epoch,
-            self.log.log_end_offset,
-            self.log.high_watermark,
-        )
-        self._signal()
-
-    def make_offline(self) -> None:
-        self.role = Role.NONE
-        self.leader_id = NO_LEADER
-        self.followers = {}
-        self._signal()
+            self._advance_high_watermark()
+            self._signal()
 
     # ---- leader path -----------------------------------------------------------
+
+    def _leader_state(self, requested_leader_epoch: int) -> LeaderState:
+        code = check_partition_access(
+            self.state, requested_leader_epoch=requested_leader_epoch, require_leader=True
+        )
+        if code is not None:
+            raise BrokerError(self._access_message(code), code=code)
+        state = self.state
+        assert isinstance(state, LeaderState)
+        return state
+
+    def _access_message(self, code: ErrorCode) -> str:
+        if code is ErrorCode.NOT_LEADER_OR_FOLLOWER:
+            leader = self.leader_id
+            return (
+                f"broker {self.local_broker_id} is not the leader of {self.topic}-"
+                f"{self.partition} (leader: {leader if leader != NO_LEADER else 'none'})"
+            )
+        return f"{code.name}: this broker's leader epoch is {self.leader_epoch}"
 
     def append_as_leader(
         self, records: bytes, *, acks: int, current_leader_epoch: int, now_ms: int
     ) -> AppendInfo:
         """Validate and append a produce record set; raises a BrokerError on refusal.
 
-        For acks=all the ISR is checked *before* appending (NOT_ENOUGH_REPLICAS with nothing
-        appended), as Kafka does.
+        For acks=all the committed ISR is checked *before* appending (NOT_ENOUGH_REPLICAS
+        with nothing appended), as Kafka does.
         """
-        if self.role is not Role.LEADER:
-            raise NotLeaderOrFollowerError(
-                f"broker {self.local_broker_id} is not the leader of {self.topic}-{self.partition}"
-                f" (leader is {self.leader_id})"
-            )
-        check_leader_epoch(current_leader_epoch, self.leader_epoch)
-        if acks == -1 and len(self.isr) < self.settings.min_insync_replicas:
+        state = self._leader_state(current_leader_epoch)
+        if acks == -1 and not can_append_with_acks_all(len(state.isr), state.min_insync_replicas):
             raise NotEnoughReplicasError(
-                f"ISR {sorted(self.isr)} has {len(self.isr)} members, below "
-                f"min.insync.replicas={self.settings.min_insync_replicas}"
+                f"ISR {sorted(state.isr)} of {self.topic}-{self.partition} has {len(state.isr)} "
+                f"member(s), below min.insync.replicas={state.min_insync_replicas}"
             )
         info = self.log.append_as_leader(
             records,
-            leader_epoch=self.leader_epoch,
+            leader_epoch=state.leader_epoch,
             now_ms=now_ms,
             log_append_time=self.settings.log_append_time,
         )
         if self.settings.fsync:
             self.log.flush()
-        self._maybe_advance_high_watermark()
+        self._advance_high_watermark()
         self._signal()
         return info
 
     def produce_outcome(self, required_offset: int) -> ErrorCode | None:
-        """For a parked acks=all produce that needs the HW to reach `required_offset`:
-        NONE when done, an error when it can never complete, None to keep waiting."""
-        if self.role is not Role.LEADER:
+        """For a parked acks=all produce: NONE when done, an error when it can never
+        complete here, None to keep waiting."""
+        state = self.state
+        if not isinstance(state, LeaderState):
             return ErrorCode.NOT_LEADER_OR_FOLLOWER
-        if self.log.high_watermark >= required_offset:
+        outcome = produce_outcome(
+            required_offset=required_offset,
+            high_watermark=self.log.high_watermark,
+            isr_size=len(state.isr),
+            min_isr=state.min_insync_replicas,
+        )
+        if outcome is ProduceOutcome.COMPLETE:
             return ErrorCode.NONE
-        if len(self.isr) < self.settings.min_insync_replicas:
+        if outcome is ProduceOutcome.NOT_ENOUGH_REPLICAS_AFTER_APPEND:
             return ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
         return None
 
@@ -253,47 +332,190 @@ class Partition:
             except TimeoutError:
                 return ErrorCode.REQUEST_TIMED_OUT
 
-    def record_follower_fetch(self, replica_id: int, fetch_offset: int, now_ms: int) -> None:
-        """A follower fetched from `fetch_offset`: that is its LEO (Kafka updateFetchState).
-
-        `now_ms` is monotonic. A fetch at or beyond our LEO means caught up now; a fetch at
-        or beyond the LEO we had at its previous fetch means it was caught up then.
-        """
-        progress = self.followers.get(replica_id) or FollowerProgress(broker_id=replica_id)
-        leader_leo = self.log.log_end_offset
-        if fetch_offset >= leader_leo:
-            caught_up_ms = now_ms
-        elif fetch_offset >= progress.last_fetch_leader_leo >= 0:
-            caught_up_ms = progress.last_fetch_time_ms
-        else:
-            caught_up_ms = progress.last_caught_up_time_ms
-        self.followers[replica_id] = FollowerProgress(
-            broker_id=replica_id,
-            log_end_offset=fetch_offset,
-            last_caught_up_time_ms=max(caught_up_ms, progress.last_caught_up_time_ms),
-            last_fetch_time_ms=now_ms,
-            last_fetch_leader_leo=leader_leo,
+    def _advance_high_watermark(self) -> None:
+        state = self.state
+        if not isinstance(state, LeaderState):
+            return
+        synced = msgspec.structs.replace(state, high_watermark=self.log.high_watermark)
+        advanced = advance_high_watermark(
+            synced,
+            leader_leo=self.log.log_end_offset,
+            now_ms=self._clock.monotonic_ms(),
+            replica_lag_time_max_ms=self._lag_ms,
+            ineligible=self.ineligible,
         )
+        self.state = advanced
+        if advanced.high_watermark > self.log.high_watermark:
+            self.log.update_high_watermark(advanced.high_watermark)
+
+    def record_follower_fetch(
+        self, replica_id: int, fetch_offset: int
+    ) -> AlterPartitionItem | None:
+        """A validated follower fetch at `fetch_offset` (its LEO). Returns an ISR expand
+        proposal to send to the controller, if this fetch made the follower eligible."""
+        state = self.state
+        if not isinstance(state, LeaderState):
+            return None
+        try:
+            state = record_follower_fetch(
+                state,
+                broker_id=replica_id,
+                fetch_offset=fetch_offset,
+                leader_leo=self.log.log_end_offset,
+                now_ms=self._clock.monotonic_ms(),
+            )
+        except NotAFollowerError:
+            return None
+        self.state = state
         before = self.log.high_watermark
-        self._maybe_advance_high_watermark()
+        self._advance_high_watermark()
         if self.log.high_watermark != before:
             self._signal()
+        return self._maybe_expand()
 
-    def _maybe_advance_high_watermark(self) -> None:
-        """HW = min LEO over the ISR, never decreasing, frozen below min.insync.replicas."""
-        if self.role is not Role.LEADER:
+    def _maybe_expand(self) -> AlterPartitionItem | None:
+        state = self.state
+        if not isinstance(state, LeaderState):
+            return None
+        joining = replica_to_expand(state, ineligible=self.ineligible)
+        if joining is None:
+            return None
+        self.state, item = propose_isr_change(state, ExpandIsr(adding=joining))
+        state_change_logger.info(
+            "%sproposing ISR expand: add %s to %s", self._log_prefix, joining, sorted(state.isr)
+        )
+        return item
+
+    def maybe_shrink(self) -> AlterPartitionItem | None:
+        """Propose removing ISR members that have not caught up within the lag time."""
+        state = self.state
+        if not isinstance(state, LeaderState):
+            return None
+        lagging = replicas_to_shrink(
+            state,
+            leader_leo=self.log.log_end_offset,
+            now_ms=self._clock.monotonic_ms(),
+            replica_lag_time_max_ms=self._lag_ms,
+        )
+        if not lagging:
+            return None
+        self.state, item = propose_isr_change(state, ShrinkIsr(removing=lagging))
+        state_change_logger.info(
+            "%sproposing ISR shrink: remove %s from %s (no catch-up within %s ms)",
+            self._log_prefix,
+            sorted(lagging),
+            sorted(state.isr),
+            self._lag_ms,
+        )
+        return item
+
+    def pending_alter_partition(self) -> AlterPartitionItem | None:
+        state = self.state
+        return pending_alter_partition(state) if isinstance(state, LeaderState) else None
+
+    def on_alter_partition_result(
+        self, sent: AlterPartitionItem, result: AlterPartitionResult
+    ) -> AlterPartitionOutcome:
+        state = self.state
+        if not isinstance(state, LeaderState):
+            return AlterPartitionOutcome.STALE_RESPONSE
+        self.state, outcome = apply_alter_partition_result(state, sent, result)
+        if outcome is AlterPartitionOutcome.COMMITTED:
+            state_change_logger.info(
+                "%sISR change committed: isr %s, partition epoch %s",
+                self._log_prefix,
+                sorted(result.isr),
+                result.partition_epoch,
+            )
+            self._advance_high_watermark()
+            self._signal()
+        elif outcome is not AlterPartitionOutcome.STALE_RESPONSE:
+            logger.info(
+                "%sAlterPartition %s: %s", self._log_prefix, result.error_code.name, outcome.value
+            )
+        return outcome
+
+    # ---- follower path ---------------------------------------------------------
+
+    def fetch_position(self) -> tuple[int, int]:
+        """(fetch offset, last fetched epoch) for the next replica fetch."""
+        latest = self.log.epoch_cache.latest_epoch()
+        return self.log.log_end_offset, latest if latest is not None else -1
+
+    def _epoch_entries(self) -> list[tuple[int, int]]:
+        return [(e.epoch, e.start_offset) for e in self.log.epoch_cache.entries()]
+
+    def truncate_on_divergence(self, epoch: int, end_offset: int) -> None:
+        """The leader says our log diverges at (epoch, end_offset): truncate (KIP-101/279)."""
+        point = truncation_point(
+            local_entries=self._epoch_entries(),
+            log_end_offset=self.log.log_end_offset,
+            diverging=EpochEndOffset(epoch=epoch, end_offset=end_offset),
+        )
+        self._truncate(point.offset, reason=f"diverging epoch {epoch} ends at {end_offset}")
+
+    def _truncate(self, offset: int, *, reason: str) -> None:
+        if offset >= self.log.log_end_offset:
             return
-        if len(self.isr) < self.settings.min_insync_replicas:
-            return
-        leos = [self.log.log_end_offset]
-        for broker in self.isr:
-            if broker == self.local_broker_id:
-                continue
-            progress = self.followers.get(broker)
-            leos.append(progress.log_end_offset if progress is not None else -1)
-        candidate = min(leos)
-        if candidate > self.log.high_watermark:
-            self.log.update_high_watermark(candidate)
+        level = logging.WARNING if offset < self.log.high_watermark else logging.INFO
+        state_change_logger.log(
+            level,
+            "%struncating from leo %s to %s (hw %s): %s",
+            self._log_prefix,
+            self.log.log_end_offset,
+            offset,
+            self.log.high_watermark,
+            reason,
+        )
+        self.log.truncate_to(offset)
+        self._signal()
+
+    def append_as_follower(
+        self,
+        records: bytes,
+        *,
+        leader_high_watermark: int,
+        leader_log_start_offset: int,
+        now_ms: int,
+    ) -> None:
+        """Append the leader's bytes as they are and follow its HW and log start offset."""
+        if records:
+            self.log.append_as_follower(records, now_ms=now_ms)
+            if self.settings.fsync:
+                # The leader counts this offset once our next fetch asks past it.
+                self.log.flush()
+        if leader_log_start_offset > self.log.log_start_offset:
+            self.log.maybe_increment_log_start_offset(
+                min(leader_log_start_offset, self.log.log_end_offset)
+            )
+        self.log.update_high_watermark(
+            follower_high_watermark(
+                leader_hw=leader_high_watermark,
+                log_end_offset=self.log.log_end_offset,
+                log_start_offset=self.log.log_start_offset,
+            )
+        )
+        self._signal()
+
+    def reset_out_of_range(
+        self, *, leader_log_start_offset: int, leader_log_end_offset: int
+    ) -> None:
+        reset = out_of_range_reset(
+            log_end_offset=self.log.log_end_offset,
+            leader_log_start_offset=leader_log_start_offset,
+            leader_log_end_offset=leader_log_end_offset,
+        )
+        if reset.start_at is not None:
+            state_change_logger.warning(
+                "%sleader's log starts at %s, beyond our leo %s: restarting the log there",
+                self._log_prefix,
+                reset.start_at,
+                self.log.log_end_offset,
+            )
+            self.log.truncate_fully_and_start_at(reset.start_at)
+            self._signal()
+        elif reset.truncate_to is not None:
+            self._truncate(reset.truncate_to, reason="leader's log ends before ours")
 
     # ---- reads -----------------------------------------------------------------
 
@@ -303,36 +525,60 @@ class Partition:
         *,
         max_bytes: int,
         current_leader_epoch: int,
-        up_to_high_watermark: bool,
+        last_fetched_epoch: int,
+        replica_fetch: bool,
         min_one_batch: bool = True,
     ) -> PartitionRead:
-        """Read for a consumer (bounded by the HW) or a follower (bounded by the LEO)."""
-        if self.role is Role.NONE:
-            raise NotLeaderOrFollowerError(
-                f"broker {self.local_broker_id} hosts no replica role for "
-                f"{self.topic}-{self.partition}"
-            )
-        check_leader_epoch(current_leader_epoch, self.leader_epoch)
-        hw = self.log.high_watermark
-        if up_to_high_watermark and hw <= offset <= self.log.log_end_offset:
+        """Read for a consumer (bounded by the HW; followers may serve it, KIP-392) or a
+        follower (bounded by the LEO, leader only). Checks the fetcher's last fetched epoch
+        against our log and answers with the diverging epoch instead of data if needed."""
+        code = check_partition_access(
+            self.state, requested_leader_epoch=current_leader_epoch, require_leader=replica_fetch
+        )
+        if code is not None:
+            raise BrokerError(self._access_message(code), code=code)
+        log = self.log
+        hw = log.high_watermark
+        if isinstance(self.state, LeaderState) or not replica_fetch:
+            try:
+                diverging = diverging_epoch_for_fetch(
+                    local_entries=self._epoch_entries(),
+                    log_end_offset=log.log_end_offset,
+                    log_start_offset=log.log_start_offset,
+                    fetch_offset=offset,
+                    last_fetched_epoch=last_fetched_epoch,
+                )
+            except FetchOffsetOutOfRange as exc:
+                raise OffsetOutOfRangeError(str(exc)) from exc
+            if diverging is not None:
+                return self._empty_read(hw, diverging=(diverging.epoch, diverging.end_offset))
+        if not replica_fetch and hw <= offset <= log.log_end_offset:
             # Nothing committed at or after `offset` yet (Kafka answers empty, not an error).
-            return PartitionRead(
-                records=b"",
-                high_watermark=hw,
-                log_start_offset=self.log.log_start_offset,
-                log_end_offset=self.log.log_end_offset,
-                leader_epoch=self.leader_epoch,
-            )
-        result: ReadResult = self.log.read(
+            return self._empty_read(hw)
+        result = log.read(
             offset,
             max_bytes=max_bytes,
-            max_offset=hw if up_to_high_watermark else None,
+            max_offset=None if replica_fetch else hw,
             min_one_batch=min_one_batch,
         )
         return PartitionRead(
             records=result.records,
             high_watermark=hw,
+            log_start_offset=log.log_start_offset,
+            log_end_offset=log.log_end_offset,
+            leader_epoch=self.leader_epoch,
+        )
+
+    def _empty_read(self, hw: int, diverging: tuple[int, int] | None = None) -> PartitionRead:
+        return PartitionRead(
+            records=b"",
+            high_watermark=hw,
             log_start_offset=self.log.log_start_offset,
             log_end_offset=self.log.log_end_offset,
             leader_epoch=self.leader_epoch,
+            diverging_epoch=diverging,
         )
+
+
+def is_follower(state: ReplicaState) -> bool:
+    return isinstance(state, FollowerState)

@@ -1,0 +1,100 @@
+"""Storage engine throughput: PartitionLog append + read of 1 KiB batches vs plain os.write.
+
+Run: `python -m benchmarks.storage_bench [--total-mib 64] [--batch-bytes 1024]`. Both
+sides write the same bytes to the same directory in the same run (no fsync on either
+side, as with the default flush policy), so the ratio is what matters, not the MiB/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+from pathlib import Path
+
+from broker.log.config import LogConfig
+from broker.log.partition_log import PartitionLog
+from minikafka.record_batch import build_batch
+
+#: Batches handed to one append call (a produce request carries several).
+BATCHES_PER_APPEND = 16
+READ_MAX_BYTES = 1024 * 1024
+
+
+def make_batch(batch_bytes: int) -> bytes:
+    probe = build_batch([(0, None, b"", None)])
+    value = b"v" * max(batch_bytes - len(probe), 1)
+    return build_batch([(int(time.time() * 1000), None, value, None)])
+
+
+def bench_baseline(directory: Path, payload: bytes, appends: int) -> tuple[float, float]:
+    """Seconds to os.write `appends` payloads into one file, then read it back in 1 MiB."""
+    path = directory / "baseline.bin"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    start = time.perf_counter()
+    for _ in range(appends):
+        os.write(fd, payload)
+    write_s = time.perf_counter() - start
+    os.close(fd)
+    fd = os.open(path, os.O_RDONLY)
+    start = time.perf_counter()
+    position = 0
+    while chunk := os.pread(fd, READ_MAX_BYTES, position):
+        position += len(chunk)
+    read_s = time.perf_counter() - start
+    os.close(fd)
+    path.unlink()
+    return write_s, read_s
+
+
+def bench_log(directory: Path, payload: bytes, appends: int) -> tuple[float, float]:
+    """Seconds to append `appends` payloads through PartitionLog, then read everything."""
+    log = PartitionLog.open(
+        directory / "bench-0",
+        LogConfig(),
+        topic="bench",
+        partition=0,
+        recovery_point=0,
+        log_start_offset=0,
+        high_watermark=0,
+        clean_shutdown=True,
+        now_ms=0,
+    )
+    start = time.perf_counter()
+    for _ in range(appends):
+        log.append_as_leader(payload, leader_epoch=1, now_ms=0)
+    write_s = time.perf_counter() - start
+    start = time.perf_counter()
+    offset = 0
+    while offset < log.log_end_offset:
+        offset = log.read(offset, max_bytes=READ_MAX_BYTES).next_offset
+    read_s = time.perf_counter() - start
+    log.delete()
+    return write_s, read_s
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--total-mib", type=int, default=64)
+    parser.add_argument("--batch-bytes", type=int, default=1024)
+    parser.add_argument("--dir", type=Path, default=None, help="where to write (default: tmp)")
+    args = parser.parse_args()
+    payload = make_batch(args.batch_bytes) * BATCHES_PER_APPEND
+    appends = max(args.total_mib * 1024 * 1024 // len(payload), 1)
+    mib = appends * len(payload) / (1024 * 1024)
+    with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
+        directory = Path(tmp)
+        base_write, base_read = bench_baseline(directory, payload, appends)
+        log_write, log_read = bench_log(directory, payload, appends)
+    print(
+        f"storage_bench: {mib:.0f} MiB in {args.batch_bytes} B batches, "
+        f"{BATCHES_PER_APPEND} batches per append"
+    )
+    print(f"{'':8} {'PartitionLog':>14} {'os.write':>14} {'ratio':>7}")
+    for name, ours, base in (("append", log_write, base_write), ("read", log_read, base_read)):
+        print(f"{name:8} {mib / ours:>9.0f} MiB/s {mib / base:>9.0f} MiB/s {base / ours:>7.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,235 @@
+"""Follower fetchers: one task per source (leader) broker, multiplexing its partitions.
+
+Caller: ReplicaManager.sync_fetchers() after every LeaderAndIsr.
+Affects: the follower partitions' logs (append, truncation, HW, log start offset).
+
+Each fetch carries, per partition, `fetch_offset` (our LEO), `last_fetched_epoch` (the
+epoch of our last batch) and `current_leader_epoch`, so the leader checks our log
+against its own on *every* fetch and answers with `diverging_epoch` when we must
+truncate (KIP-320/KIP-595): truncation happens on every epoch change without a second
+RPC. Fetches long-poll on the leader (`max_wait_ms`); errors back off per partition
+with a capped delay. A fetcher whose leader is no longer wanted is cancelled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+
+import grpc
+
+from broker.metadata_cache import BrokerInfo
+from broker.replica.partition import Partition, Role
+from minikafka.errors import ErrorCode
+from minikafka.v1 import broker_pb2, broker_pb2_grpc
+
+logger = logging.getLogger(__name__)
+
+GRPC_OPTIONS = [
+    ("grpc.max_send_message_length", 64 * 1024 * 1024),
+    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+]
+RPC_MARGIN_S = 5.0
+
+
+class FetcherSettings:
+    def __init__(
+        self,
+        *,
+        broker_id: int,
+        max_wait_ms: int,
+        max_bytes: int,
+        backoff_ms: int,
+        broker_epoch: Callable[[], int],
+        now_ms: Callable[[], int],
+    ) -> None:
+        self.broker_id = broker_id
+        self.max_wait_ms = max_wait_ms
+        self.max_bytes = max_bytes
+        self.backoff_ms = backoff_ms
+        self.broker_epoch = broker_epoch
+        self.now_ms = now_ms
+
+
+class ReplicaFetcher:
+    """Fetches every partition this broker follows from one leader broker."""
+
+    def __init__(self, leader: BrokerInfo, settings: FetcherSettings) -> None:
+        self.leader = leader
+        self._settings = settings
+        self.partitions: dict[tuple[str, int], Partition] = {}
+        self._delayed_until: dict[tuple[str, int], float] = {}
+        self._wakeup = asyncio.Event()
+        self._channel = grpc.aio.insecure_channel(
+            f"{leader.host}:{leader.port}", options=GRPC_OPTIONS
+        )
+        self._stub = broker_pb2_grpc.ReplicaServiceStub(self._channel)
+        self.task: asyncio.Task[None] | None = None
+
+    def set_partitions(self, partitions: dict[tuple[str, int], Partition]) -> None:
+        for key in partitions.keys() - self.partitions.keys():
+            self._delayed_until.pop(key, None)
+        self.partitions = dict(partitions)
+        self._wakeup.set()
+
+    async def close(self) -> None:
+        await self._channel.close()
+
+    async def run(self) -> None:
+        """Fetch until cancelled; idles (no RPC) while there is nothing to fetch."""
+        loop = asyncio.get_running_loop()
+        backoff_s = self._settings.backoff_ms / 1000
+        while True:
+            now = loop.time()
+            ready = {
+                key: partition
+                for key, partition in self.partitions.items()
+                if self._delayed_until.get(key, 0.0) <= now and partition.role is Role.FOLLOWER
+            }
+            if not ready:
+                self._wakeup.clear()
+                delays = [t - now for t in self._delayed_until.values() if t > now]
+                timeout = min(delays) if delays else None
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wakeup.wait(), timeout)
+                continue
+            request = self._build_request(ready)
+            try:
+                response = await self._stub.Fetch(
+                    request, timeout=self._settings.max_wait_ms / 1000 + RPC_MARGIN_S
+                )
+            except grpc.aio.AioRpcError as exc:
+                logger.info(
+                    "fetch from broker %s failed: %s %s; backing off %.0f ms",
+                    self.leader.broker_id,
+                    exc.code().name,
+                    exc.details(),
+                    backoff_s * 1000,
+                )
+                self._wakeup.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wakeup.wait(), backoff_s)
+                continue
+            for part in response.partitions:
+                partition = ready.get((part.topic, part.partition))
+                if partition is None or partition.role is not Role.FOLLOWER:
+                    continue
+                self._handle(partition, part, loop.time() + backoff_s)
+
+    def _build_request(
+        self, ready: dict[tuple[str, int], Partition]
+    ) -> broker_pb2.ReplicaFetchRequest:
+        request = broker_pb2.ReplicaFetchRequest(
+            replica_id=self._settings.broker_id,
+            broker_epoch=self._settings.broker_epoch(),
+            max_wait_ms=self._settings.max_wait_ms,
+            min_bytes=1,
+            max_bytes=self._settings.max_bytes,
+        )
+        per_partition = max(64 * 1024, self._settings.max_bytes // max(1, len(ready)))
+        for (topic, index), partition in ready.items():
+            fetch_offset, last_epoch = partition.fetch_position()
+            request.partitions.add(
+                topic=topic,
+                partition=index,
+                fetch_offset=fetch_offset,
+                current_leader_epoch=partition.leader_epoch,
+                last_fetched_epoch=last_epoch,
+                partition_max_bytes=per_partition,
+            )
+        return request
+
+    def _handle(
+        self, partition: Partition, part: broker_pb2.FetchPartitionResponse, retry_at: float
+    ) -> None:
+        key = (part.topic, part.partition)
+        code = part.error_code
+        now_ms = self._settings.now_ms()
+        if code == ErrorCode.NONE:
+            if part.diverging_epoch.epoch >= 0:
+                partition.truncate_on_divergence(
+                    part.diverging_epoch.epoch, part.diverging_epoch.end_offset
+                )
+                return
+            try:
+                partition.append_as_follower(
+                    part.records,
+                    leader_high_watermark=part.high_watermark,
+                    leader_log_start_offset=part.log_start_offset,
+                    now_ms=now_ms,
+                )
+            except Exception:
+                logger.exception("%s: cannot append fetched records; backing off", partition)
+                self._delayed_until[key] = retry_at
+            return
+        if code == ErrorCode.OFFSET_OUT_OF_RANGE:
+            partition.reset_out_of_range(
+                leader_log_start_offset=part.log_start_offset,
+                leader_log_end_offset=part.log_end_offset,
+            )
+            return
+        # NOT_LEADER_OR_FOLLOWER, FENCED/UNKNOWN_LEADER_EPOCH, STALE_BROKER_EPOCH, ...:
+        # wait for the controller's next LeaderAndIsr (or the leader to learn the epoch).
+        logger.debug(
+            "%s: leader %s answered %s (%s)",
+            partition,
+            self.leader.broker_id,
+            ErrorCode(code).name if code in ErrorCode._value2member_map_ else code,
+            part.error_message,
+        )
+        self._delayed_until[key] = retry_at
+
+
+class FetcherManager:
+    """Keeps one ReplicaFetcher per leader broker for the partitions this broker follows."""
+
+    def __init__(
+        self,
+        *,
+        settings: FetcherSettings,
+        endpoint_of: Callable[[int], BrokerInfo | None],
+        tasks: asyncio.TaskGroup,
+    ) -> None:
+        self._settings = settings
+        self._endpoint_of = endpoint_of
+        self._tasks = tasks
+        self.fetchers: dict[int, ReplicaFetcher] = {}
+
+    def sync(self, partitions: list[Partition]) -> None:
+        """Make the fetchers match the set of follower partitions (with a live leader)."""
+        wanted: dict[int, dict[tuple[str, int], Partition]] = {}
+        for partition in partitions:
+            if partition.role is Role.FOLLOWER and partition.leader_id >= 0:
+                wanted.setdefault(partition.leader_id, {})[
+                    (partition.topic, partition.partition)
+                ] = partition
+        for leader_id in list(self.fetchers):
+            fetcher = self.fetchers[leader_id]
+            endpoint = self._endpoint_of(leader_id)
+            if leader_id not in wanted or endpoint is None or endpoint != fetcher.leader:
+                self._stop(leader_id)
+        for leader_id, assigned in wanted.items():
+            existing = self.fetchers.get(leader_id)
+            if existing is not None:
+                existing.set_partitions(assigned)
+                continue
+            endpoint = self._endpoint_of(leader_id)
+            if endpoint is None:
+                logger.warning("no endpoint known for leader %s; not fetching yet", leader_id)
+                continue
+            fetcher = ReplicaFetcher(endpoint, self._settings)
+            fetcher.task = self._tasks.create_task(fetcher.run(), name=f"fetcher-from-{leader_id}")
+            self.fetchers[leader_id] = fetcher
+            fetcher.set_partitions(assigned)
+
+    def _stop(self, leader_id: int) -> None:
+        fetcher = self.fetchers.pop(leader_id)
+        if fetcher.task is not None:
+            fetcher.task.cancel()
+        self._tasks.create_task(fetcher.close())
+
+    def stop_all(self) -> None:
+        for leader_id in list(self.fetchers):
+            self._stop(leader_id)

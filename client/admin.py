@@ -1,0 +1,483 @@
+"""Cluster administration: `AsyncAdmin` (asyncio) and `Admin` (sync, used by the CLI).
+
+Create, delete, list and describe topics, alter topic configs, elect leaders and
+describe the cluster. Calls go to any broker, which forwards them to the controller;
+a per-topic or per-partition error is raised as the `client.errors` class for its
+code, carrying the broker's message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from types import TracebackType
+from typing import Any, Literal, TypeVar
+
+import grpc
+import grpc.aio
+import msgspec
+
+from client.errors import (
+    KafkaConnectionError,
+    MiniKafkaClientError,
+    NoBrokersAvailable,
+    from_response,
+)
+from client.loop_thread import LoopThread
+from client.records import NewTopic, TopicPartition
+from client.transport import BrokerConnections
+from minikafka.errors import ErrorCode
+from minikafka.v1 import broker_pb2, broker_pb2_grpc, common_pb2, controller_pb2
+
+T = TypeVar("T")
+
+
+class BrokerDescription(msgspec.Struct, frozen=True, kw_only=True):
+    broker_id: int
+    host: str
+    port: int
+    rack: str
+    broker_epoch: int = -1
+    fenced: bool = False
+    in_controlled_shutdown: bool = False
+
+
+class PartitionDescription(msgspec.Struct, frozen=True, kw_only=True):
+    partition: int
+    leader: int
+    leader_epoch: int
+    replicas: list[int]
+    isr: list[int]
+    offline_replicas: list[int]
+    #: "ONLINE", "OFFLINE" or "RECOVERING".
+    state: str
+    error_code: int = 0
+
+
+class TopicDescription(msgspec.Struct, frozen=True, kw_only=True):
+    name: str
+    partitions: list[PartitionDescription]
+    configs: dict[str, str]
+    error_code: int = 0
+
+
+class ClusterDescription(msgspec.Struct, frozen=True, kw_only=True):
+    cluster_id: str
+    controller_id: int
+    controller_epoch: int
+    brokers: list[BrokerDescription]
+    topics: list[TopicDescription]
+
+    def to_dict(self) -> dict[str, Any]:
+        result: dict[str, Any] = msgspec.to_builtins(self)
+        return result
+
+
+class ElectionResult(msgspec.Struct, frozen=True, kw_only=True):
+    topic: str
+    partition: int
+    leader: int
+    error_code: int = 0
+    error_message: str = ""
+
+    @property
+    def error(self) -> MiniKafkaClientError | None:
+        """The partition's error (None on success)."""
+        if self.error_code == ErrorCode.NONE:
+            return None
+        return from_response(
+            self.error_code, self.error_message, context=f"{self.topic}-{self.partition}"
+        )
+
+
+def describe_topic(topic: common_pb2.TopicMetadata) -> TopicDescription:
+    return TopicDescription(
+        name=topic.name,
+        error_code=int(topic.error_code),
+        configs=dict(topic.configs),
+        partitions=sorted(
+            (
+                PartitionDescription(
+                    partition=p.partition,
+                    leader=p.leader,
+                    leader_epoch=p.leader_epoch,
+                    replicas=list(p.replicas),
+                    isr=list(p.isr),
+                    offline_replicas=list(p.offline_replicas),
+                    state=p.state or "ONLINE",
+                    error_code=int(p.error_code),
+                )
+                for p in topic.partitions
+            ),
+            key=lambda d: d.partition,
+        ),
+    )
+
+
+class AsyncAdmin:
+    def __init__(
+        self,
+        bootstrap_servers: str | Sequence[str] = "localhost:9092",
+        *,
+        client_id: str = "minikafka-admin",
+        request_timeout_ms: int = 30_000,
+        retry_backoff_ms: int = 100,
+    ) -> None:
+        self.request_timeout_ms = request_timeout_ms
+        self.retry_backoff_ms = retry_backoff_ms
+        self._conn = BrokerConnections(
+            bootstrap_servers,
+            request_timeout_ms=request_timeout_ms,
+            retry_backoff_ms=retry_backoff_ms,
+            client_id=client_id,
+        )
+
+    async def close(self) -> None:
+        await self._conn.close()
+
+    async def __aenter__(self) -> AsyncAdmin:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def _call(
+        self, fn: Callable[[broker_pb2_grpc.BrokerServiceAsyncStub], Awaitable[T]], what: str
+    ) -> T:
+        """Call any reachable broker; connection failures move on to the next one and
+        are retried until the request timeout."""
+        deadline = time.monotonic() + self.request_timeout_ms / 1000
+        errors: list[str] = []
+        while True:
+            for address in self._conn.any_stub_addresses():
+                try:
+                    return await fn(self._conn.stub(address))
+                except grpc.aio.AioRpcError as exc:
+                    if exc.code() not in (
+                        grpc.StatusCode.UNAVAILABLE,
+                        grpc.StatusCode.DEADLINE_EXCEEDED,
+                    ):
+                        raise KafkaConnectionError(
+                            f"{what} failed at {address}: {exc.code().name} {exc.details()}"
+                        ) from exc
+                    errors.append(f"{address}: {exc.code().name}")
+            if time.monotonic() >= deadline:
+                raise NoBrokersAvailable(f"{what}: no broker answered ({'; '.join(errors[-3:])})")
+            await asyncio.sleep(self.retry_backoff_ms / 1000)
+
+    @property
+    def _timeout_s(self) -> float:
+        return self.request_timeout_ms / 1000
+
+    async def create_topics(
+        self,
+        new_topics: str | NewTopic | Iterable[str | NewTopic],
+        *,
+        num_partitions: int = 1,
+        replication_factor: int = 1,
+        configs: Mapping[str, str] | None = None,
+        validate_only: bool = False,
+    ) -> None:
+        """Create topics given as names (using the keyword defaults) or `NewTopic`s.
+
+        Raises the error of the first topic that failed (e.g. `TopicAlreadyExistsError`).
+        """
+        items = [new_topics] if isinstance(new_topics, str | NewTopic) else list(new_topics)
+        topics = [
+            t
+            if isinstance(t, NewTopic)
+            else NewTopic(
+                t,
+                num_partitions=num_partitions,
+                replication_factor=replication_factor,
+                configs=dict(configs or {}),
+            )
+            for t in items
+        ]
+        request = controller_pb2.CreateTopicsRequest(
+            topics=[
+                controller_pb2.CreatableTopic(
+                    name=t.name,
+                    num_partitions=t.num_partitions,
+                    replication_factor=t.replication_factor,
+                    configs=t.configs,
+                )
+                for t in topics
+            ],
+            validate_only=validate_only,
+            timeout_ms=self.request_timeout_ms,
+        )
+        response = await self._call(
+            lambda stub: stub.CreateTopics(request, timeout=self._timeout_s), "CreateTopics"
+        )
+        _raise_topic_errors(response.topics, "create topic")
+
+    async def delete_topics(self, names: str | Iterable[str]) -> None:
+        topics = [names] if isinstance(names, str) else list(names)
+        request = controller_pb2.DeleteTopicsRequest(
+            names=topics, timeout_ms=self.request_timeout_ms
+        )
+        response = await self._call(
+            lambda stub: stub.DeleteTopics(request, timeout=self._timeout_s), "DeleteTopics"
+        )
+        _raise_topic_errors(response.topics, "delete topic")
+
+    async def describe_cluster(self, topics: Iterable[str] = ()) -> ClusterDescription:
+        """Brokers (with fencing state) and topics as the controller sees them."""
+        request = controller_pb2.DescribeClusterRequest(topics=list(topics))
+        response = await self._call(
+            lambda stub: stub.DescribeCluster(request, timeout=self._timeout_s), "DescribeCluster"
+        )
+        if response.error_code != ErrorCode.NONE:
+            raise from_response(response.error_code, context="describe cluster")
+        return ClusterDescription(
+            cluster_id=response.cluster_id,
+            controller_id=response.controller_id,
+            controller_epoch=response.controller_epoch,
+            brokers=sorted(
+                (
+                    BrokerDescription(
+                        broker_id=b.endpoint.broker_id,
+                        host=b.endpoint.host,
+                        port=b.endpoint.port,
+                        rack=b.endpoint.rack,
+                        broker_epoch=b.broker_epoch,
+                        fenced=b.fenced,
+                        in_controlled_shutdown=b.in_controlled_shutdown,
+                    )
+                    for b in response.brokers
+                ),
+                key=lambda d: d.broker_id,
+            ),
+            topics=sorted((describe_topic(t) for t in response.topics), key=lambda d: d.name),
+        )
+
+    async def _metadata(self, topics: list[str]) -> broker_pb2.MetadataResponse:
+        request = broker_pb2.MetadataRequest(topics=topics)
+        return await self._call(
+            lambda stub: stub.Metadata(request, timeout=self._timeout_s), "Metadata"
+        )
+
+    async def describe_topics(self, topics: Iterable[str] | None = None) -> list[TopicDescription]:
+        """Partitions (leader, epoch, replicas, ISR, state) and configs of `topics`, in
+        the order given (all topics, sorted, by default).
+
+        Raises `UnknownTopicOrPartitionError` for a named topic that does not exist.
+        """
+        names = list(topics or ())
+        response = await self._metadata(names)
+        found = {t.name: describe_topic(t) for t in response.topics}
+        result: list[TopicDescription] = []
+        for name in names or sorted(found):
+            info = found.get(name)
+            if info is None:
+                raise from_response(
+                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist"
+                )
+            if info.error_code != ErrorCode.NONE:
+                raise from_response(info.error_code, context=f"describe topic {name!r}")
+            result.append(info)
+        return result
+
+    async def list_topics(self) -> list[str]:
+        response = await self._metadata([])
+        return sorted(t.name for t in response.topics if t.error_code == ErrorCode.NONE)
+
+    async def alter_configs(
+        self,
+        topic: str,
+        configs: Mapping[str, str],
+        *,
+        delete: Iterable[str] = (),
+        validate_only: bool = False,
+    ) -> None:
+        request = controller_pb2.AlterConfigsRequest(
+            topic=topic,
+            set={k: str(v) for k, v in configs.items()},
+            delete=list(delete),
+            validate_only=validate_only,
+        )
+        response = await self._call(
+            lambda stub: stub.AlterConfigs(request, timeout=self._timeout_s), "AlterConfigs"
+        )
+        if response.error_code != ErrorCode.NONE:
+            raise from_response(
+                response.error_code, response.error_message, context=f"alter configs of {topic!r}"
+            )
+
+    async def elect_leaders(
+        self,
+        election_type: Literal["preferred", "unclean"] = "preferred",
+        partitions: Iterable[TopicPartition] | None = None,
+        *,
+        raise_errors: bool = False,
+    ) -> list[ElectionResult]:
+        """Run a preferred or unclean election for `partitions` (all when None).
+
+        Each result carries its partition's code (`.error` gives the exception); with
+        `raise_errors`, the first error other than ELECTION_NOT_NEEDED is raised.
+        """
+        kinds = {
+            "preferred": controller_pb2.ElectionType.PREFERRED,
+            "unclean": controller_pb2.ElectionType.UNCLEAN,
+        }
+        if election_type not in kinds:
+            raise ValueError(
+                f"election_type must be 'preferred' or 'unclean', got {election_type!r}"
+            )
+        request = controller_pb2.ElectLeadersRequest(
+            election_type=kinds[election_type],
+            partitions=[
+                common_pb2.TopicPartition(topic=tp.topic, partition=tp.partition)
+                for tp in partitions or ()
+            ],
+            timeout_ms=self.request_timeout_ms,
+        )
+        response = await self._call(
+            lambda stub: stub.ElectLeaders(request, timeout=self._timeout_s), "ElectLeaders"
+        )
+        if response.error_code != ErrorCode.NONE:
+            raise from_response(response.error_code, context="elect leaders")
+        outcomes = [
+            ElectionResult(
+                topic=r.topic,
+                partition=r.partition,
+                leader=r.leader,
+                error_code=int(r.error_code),
+                error_message=r.error_message,
+            )
+            for r in response.results
+        ]
+        if raise_errors:
+            for o in outcomes:
+                if o.error_code not in (ErrorCode.NONE, ErrorCode.ELECTION_NOT_NEEDED):
+                    raise from_response(
+                        o.error_code,
+                        o.error_message,
+                        context=f"elect leader of {o.topic}-{o.partition}",
+                    )
+        return outcomes
+
+
+def _raise_topic_errors(results: Iterable[controller_pb2.TopicResult], what: str) -> None:
+    for result in results:
+        if result.error_code != ErrorCode.NONE:
+            raise from_response(
+                result.error_code, result.error_message, context=f"{what} {result.name!r}"
+            )
+
+
+class Admin:
+    """Synchronous admin client (the CLI uses it).
+
+    Example::
+
+        with Admin("127.0.0.1:9092") as admin:
+            admin.create_topics(NewTopic("orders", num_partitions=3, replication_factor=3))
+            print(admin.describe_topics(["orders"])[0].partitions[0].leader)
+    """
+
+    def __init__(self, bootstrap_servers: str | Sequence[str] = "localhost:9092", **config: Any):
+        self._thread = LoopThread("minikafka-admin")
+        try:
+            self._inner: AsyncAdmin = self._thread.run(self._make(bootstrap_servers, config))
+        except BaseException:
+            self._thread.stop()
+            raise
+        self._closed = False
+
+    @staticmethod
+    async def _make(bootstrap_servers: str | Sequence[str], config: dict[str, Any]) -> AsyncAdmin:
+        return AsyncAdmin(bootstrap_servers, **config)
+
+    def create_topics(
+        self,
+        new_topics: str | NewTopic | Iterable[str | NewTopic],
+        *,
+        num_partitions: int = 1,
+        replication_factor: int = 1,
+        configs: Mapping[str, str] | None = None,
+        validate_only: bool = False,
+    ) -> None:
+        self._thread.run(
+            self._inner.create_topics(
+                new_topics,
+                num_partitions=num_partitions,
+                replication_factor=replication_factor,
+                configs=configs,
+                validate_only=validate_only,
+            )
+        )
+
+    def delete_topics(self, names: str | Iterable[str]) -> None:
+        self._thread.run(self._inner.delete_topics(names))
+
+    def list_topics(self) -> list[str]:
+        return self._thread.run(self._inner.list_topics())
+
+    def describe_topics(self, topics: Iterable[str] | None = None) -> list[TopicDescription]:
+        return self._thread.run(self._inner.describe_topics(topics))
+
+    def describe_cluster(self, topics: Iterable[str] = ()) -> ClusterDescription:
+        return self._thread.run(self._inner.describe_cluster(topics))
+
+    def alter_configs(
+        self,
+        topic: str,
+        configs: Mapping[str, str],
+        *,
+        delete: Iterable[str] = (),
+        validate_only: bool = False,
+    ) -> None:
+        self._thread.run(
+            self._inner.alter_configs(topic, configs, delete=delete, validate_only=validate_only)
+        )
+
+    def elect_leaders(
+        self,
+        election_type: Literal["preferred", "unclean"] = "preferred",
+        partitions: Iterable[TopicPartition] | None = None,
+        *,
+        raise_errors: bool = False,
+    ) -> list[ElectionResult]:
+        return self._thread.run(
+            self._inner.elect_leaders(election_type, partitions, raise_errors=raise_errors)
+        )
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._thread.run(self._inner.close(), 10.0)
+        finally:
+            self._thread.stop()
+
+    def __enter__(self) -> Admin:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+__all__ = [
+    "Admin",
+    "AsyncAdmin",
+    "BrokerDescription",
+    "ClusterDescription",
+    "ElectionResult",
+    "NewTopic",
+    "PartitionDescription",
+    "TopicDescription",
+]

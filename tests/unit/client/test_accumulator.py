@@ -1,0 +1,180 @@
+"""RecordAccumulator: batching by size and linger, memory bound, retry ordering."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from client.accumulator import (
+    BatchResult,
+    BufferFull,
+    FutureRecordMetadata,
+    ProducerBatch,
+    RecordAccumulator,
+    estimate_size,
+)
+from client.errors import KafkaTimeoutError, NotEnoughReplicasError
+from client.records import RecordMetadata, TopicPartition
+
+TP = TopicPartition("t", 0)
+TP1 = TopicPartition("t", 1)
+
+
+def always(_batch: ProducerBatch) -> bool:
+    return True
+
+
+def append(acc: RecordAccumulator, tp: TopicPartition, value: bytes, now_ms: float = 0.0) -> tuple[FutureRecordMetadata, bool]:
+    size = estimate_size(None, value, None)
+    return acc.append(tp, (1000, None, value, None), size, now_ms)
+
+
+def test_records_share_one_batch_until_it_is_full() -> None:
+    acc = RecordAccumulator(batch_size=1000, buffer_memory=100_000)
+    futures = []
+    wakes = []
+    for _ in range(12):
+        future, wake = append(acc, TP, b"x" * 84)  # 100 bytes each with overhead
+        futures.append(future)
+        wakes.append(wake)
+    assert wakes[0] is True  # a new batch wakes the sender (linger timer)
+    assert wakes[9] is True  # the 10th record fills the batch
+    assert wakes[1:9] == [False] * 8
+    batches = acc.drain(0.0, 5.0, always).batches
+    assert len(batches) == 1  # one batch per partition per drain
+    assert batches[0].record_count == 10
+
+
+@pytest.mark.parametrize(
+    ("now_ms", "force", "ready"),
+    [(0.0, False, False), (4.9, False, False), (5.0, False, True), (1.0, True, True)],
+    ids=["fresh", "before-linger", "linger-elapsed", "flush"],
+)
+def test_linger(now_ms: float, force: bool, ready: bool) -> None:
+    acc = RecordAccumulator(batch_size=1000, buffer_memory=100_000)
+    append(acc, TP, b"x")
+    result = acc.drain(now_ms, 5.0, always, force=force)
+    assert bool(result.batches) is ready
+    if not ready:
+        assert result.next_ready_ms == 5.0
+
+
+def test_blocked_partitions_are_reported_and_kept() -> None:
+    acc = RecordAccumulator(batch_size=1000, buffer_memory=100_000)
+    append(acc, TP, b"x")
+    append(acc, TP1, b"y")
+    result = acc.drain(10.0, 5.0, lambda b: b.tp == TP1)
+    assert [b.tp for b in result.batches] == [TP1]
+    assert result.blocked == [TP]
+    assert [b.tp for b in acc.drain(10.0, 5.0, always).batches] == [TP]
+
+
+def test_buffer_memory_bounds_appends_and_release_frees_it() -> None:
+    acc = RecordAccumulator(batch_size=200, buffer_memory=300)
+    append(acc, TP, b"x" * 84)
+    append(acc, TP, b"x" * 84)
+    append(acc, TP, b"x" * 84)
+    with pytest.raises(BufferFull):
+        append(acc, TP, b"x" * 84)
+    assert not acc.has_space(100)
+    batch = acc.drain(0.0, 0.0, always).batches[0]
+    released = threading.Event()
+
+    def waiter() -> None:
+        if acc.wait_for_space(100, 5.0):
+            released.set()
+
+    thread = threading.Thread(target=waiter)
+    thread.start()
+    acc.release(batch)
+    thread.join(5.0)
+    assert released.is_set()
+    append(acc, TP, b"x" * 84)
+
+
+def test_an_oversized_record_still_fits_an_empty_buffer() -> None:
+    acc = RecordAccumulator(batch_size=100, buffer_memory=100)
+    future, _ = append(acc, TP, b"x" * 500)
+    assert not future.done()
+
+
+def test_record_futures_resolve_from_the_batch_result() -> None:
+    acc = RecordAccumulator(batch_size=1000, buffer_memory=100_000)
+    f0, _ = append(acc, TP, b"a")
+    f1, _ = append(acc, TP, b"b")
+    batch = acc.drain(0.0, 0.0, always).batches[0]
+    seen: list[RecordMetadata] = []
+    f1.add_callback(seen.append)
+    batch.complete(BatchResult(base_offset=40, log_append_time_ms=-1, log_start_offset=0))
+    assert f0.result(1) == RecordMetadata("t", 0, 40, 1000, 0)
+    assert f1.get(1).offset == 41
+    assert seen == [RecordMetadata("t", 0, 41, 1000, 0)]
+    assert f1.succeeded() and not f1.failed()
+
+
+def test_log_append_time_replaces_the_create_time() -> None:
+    acc = RecordAccumulator(batch_size=1000, buffer_memory=100_000)
+    f0, _ = append(acc, TP, b"a")
+    acc.drain(0.0, 0.0, always).batches[0].complete(BatchResult(7, 5555, 0))
+    assert f0.result(1) == RecordMetadata("t", 0, 7, 5555, 1)
+
+
+def test_a_failed_batch_fails_each_record_with_the_same_error() -> None:
+    acc = RecordAccumulator(batch_size=1000, buffer_memory=100_000)
+    f0, _ = append(acc, TP, b"a")
+    errors: list[BaseException] = []
+    f0.add_errback(errors.append)
+    error = NotEnoughReplicasError("isr too small")
+    acc.drain(0.0, 0.0, always).batches[0].fail(error)
+    with pytest.raises(NotEnoughReplicasError):
+        f0.result(1)
+    assert errors == [error]
+    assert f0.failed()
+
+
+def test_result_timeout_raises_kafka_timeout_error() -> None:
+    acc = RecordAccumulator(batch_size=1000, buffer_memory=100_000)
+    f0, _ = append(acc, TP, b"a")
+    with pytest.raises(KafkaTimeoutError):
+        f0.result(0.01)
+    with pytest.raises(TimeoutError):
+        f0.result(0.01)
+
+
+async def test_record_future_is_awaitable() -> None:
+    acc = RecordAccumulator(batch_size=1000, buffer_memory=100_000)
+    f0, _ = append(acc, TP, b"a")
+    f1, _ = append(acc, TP, b"b")
+    batch = acc.drain(0.0, 0.0, always).batches[0]
+    batch.aio_future()
+    batch.complete(BatchResult(10, -1, 0))
+    assert (await f0).offset == 10
+    assert (await f1).offset == 11
+
+
+def test_retried_batches_go_back_in_sequence_order_before_new_ones() -> None:
+    acc = RecordAccumulator(batch_size=100, buffer_memory=100_000)
+    for _ in range(4):
+        append(acc, TP, b"x" * 84)  # one batch each
+    sent = []
+    for seq in range(3):
+        batch = acc.drain(0.0, 0.0, always).batches[0]
+        batch.payload = b"encoded"
+        batch.base_sequence = seq
+        sent.append(batch)
+    # Responses come back out of order.
+    acc.reenqueue(sent[2], 0.0)
+    acc.reenqueue(sent[0], 0.0)
+    acc.reenqueue(sent[1], 0.0)
+    order = [acc.drain(0.0, 0.0, always).batches[0] for _ in range(4)]
+    assert [b.base_sequence for b in order] == [0, 1, 2, -1]
+
+
+def test_retry_back_off_delays_the_batch() -> None:
+    acc = RecordAccumulator(batch_size=100, buffer_memory=100_000)
+    append(acc, TP, b"x")
+    batch = acc.drain(0.0, 0.0, always).batches[0]
+    acc.reenqueue(batch, 100.0)
+    assert acc.drain(50.0, 0.0, always).next_ready_ms == 100.0
+    assert acc.drain(100.0, 0.0, always).batches == [batch]

@@ -1,0 +1,155 @@
+"""Decoding fetched batches, the cluster view, and config validation (all pure)."""
+
+from __future__ import annotations
+
+import pytest
+
+from client.metadata import ClusterView
+from client.producer import AsyncProducer, parse_acks
+from client.records import ConsumerRecord, decode_fetched
+from client.transport import parse_bootstrap
+from minikafka.record_batch import Compression, CorruptBatchError, build_batch, stamp
+from minikafka.v1 import broker_pb2, common_pb2
+
+
+def stamped(base: int, epoch: int, values: list[bytes], **kw: object) -> bytes:
+    batch = build_batch([(1000 + i, b"k", v, None) for i, v in enumerate(values)], **kw)  # type: ignore[arg-type]
+    return stamp(batch, base_offset=base, leader_epoch=epoch)
+
+
+def test_decode_skips_records_below_the_position() -> None:
+    data = stamped(10, 1, [b"a", b"b", b"c"]) + stamped(13, 2, [b"d", b"e"])
+    fetched = decode_fetched("t", 0, data, position=12)
+    assert [(r.offset, r.value, r.leader_epoch) for r in fetched.records] == [
+        (12, b"c", 1),
+        (13, b"d", 2),
+        (14, b"e", 2),
+    ]
+    assert fetched.next_fetch_offset == 15
+    assert fetched.last_epoch == 2
+    assert fetched.records[0] == ConsumerRecord("t", 0, 12, 1002, 0, b"k", b"c", [], 1)
+
+
+def test_decode_applies_deserializers_and_compression() -> None:
+    data = stamped(0, 0, [b"1", b"2"], compression=Compression.LZ4)
+    fetched = decode_fetched(
+        "t", 0, data, position=0, key_deserializer=bytes.decode, value_deserializer=int
+    )
+    assert [(r.key, r.value) for r in fetched.records] == [("k", 1), ("k", 2)]
+
+
+def test_decode_whole_batch_below_position_returns_nothing() -> None:
+    fetched = decode_fetched("t", 0, stamped(0, 0, [b"a"]), position=5)
+    assert fetched.records == []
+
+
+def test_decode_rejects_a_corrupt_batch() -> None:
+    data = bytearray(stamped(0, 0, [b"hello"]))
+    data[-1] ^= 0xFF
+    with pytest.raises(CorruptBatchError):
+        decode_fetched("t", 0, bytes(data), position=0)
+
+
+def metadata() -> broker_pb2.MetadataResponse:
+    return broker_pb2.MetadataResponse(
+        cluster_id="c",
+        controller_id=0,
+        brokers=[
+            common_pb2.BrokerEndpoint(broker_id=1, host="h1", port=1, rack="a"),
+            common_pb2.BrokerEndpoint(broker_id=2, host="h2", port=2, rack="b"),
+            common_pb2.BrokerEndpoint(broker_id=3, host="h3", port=3, rack="c"),
+        ],
+        topics=[
+            common_pb2.TopicMetadata(
+                name="t",
+                partitions=[
+                    common_pb2.PartitionMetadata(
+                        partition=1, leader=1, leader_epoch=4, replicas=[1, 2, 3], isr=[1, 2]
+                    ),
+                    common_pb2.PartitionMetadata(
+                        partition=0, leader=-1, leader_epoch=2, replicas=[2, 3], isr=[]
+                    ),
+                ],
+            )
+        ],
+    )
+
+
+def test_cluster_view_leaders_and_partitions() -> None:
+    view = ClusterView.from_response(metadata())
+    assert view.partitions_for("t") == [0, 1]
+    assert view.partitions_for("missing") is None
+    assert view.available_partitions("t") == [1]
+    leader = view.leader("t", 1)
+    assert leader is not None
+    assert leader.address == "h1:1"
+    assert view.leader("t", 0) is None
+
+
+@pytest.mark.parametrize(
+    ("rack", "expected"),
+    [(None, 1), ("a", 1), ("b", 2), ("c", 1)],
+    ids=["no-rack", "leader-rack", "isr-follower-rack", "out-of-sync-rack-uses-leader"],
+)
+def test_read_replica_prefers_same_rack_in_sync_replica(rack: str | None, expected: int) -> None:
+    view = ClusterView.from_response(metadata())
+    replica = view.read_replica("t", 1, rack)
+    assert replica is not None
+    assert replica.broker_id == expected
+
+
+def test_merged_view_keeps_topics_not_refreshed() -> None:
+    old = ClusterView.from_response(metadata())
+    fresh = ClusterView.from_response(
+        broker_pb2.MetadataResponse(
+            brokers=[common_pb2.BrokerEndpoint(broker_id=1, host="h1", port=1)],
+            topics=[common_pb2.TopicMetadata(name="u")],
+        )
+    )
+    merged = old.merged(fresh, ["u"])
+    assert set(merged.topics) == {"t", "u"}
+
+
+@pytest.mark.parametrize(
+    ("given", "wire"), [("all", -1), (-1, -1), (0, 0), (1, 1), ("1", 1), ("ALL", -1)]
+)
+def test_parse_acks(given: int | str, wire: int) -> None:
+    assert parse_acks(given) == wire
+
+
+@pytest.mark.parametrize("bad", [2, "some", -2])
+def test_parse_acks_rejects(bad: int | str) -> None:
+    with pytest.raises(ValueError, match="acks"):
+        parse_acks(bad)
+
+
+def test_parse_bootstrap_forms() -> None:
+    assert parse_bootstrap("a:1, b:2") == ["a:1", "b:2"]
+    assert parse_bootstrap(["a:1", "b:2,c:3"]) == ["a:1", "b:2", "c:3"]
+
+
+@pytest.mark.parametrize("bad", ["", "host", "host:", ":9", "h:70000", "h:x"])
+def test_parse_bootstrap_rejects(bad: str) -> None:
+    with pytest.raises(ValueError, match="bootstrap"):
+        parse_bootstrap(bad)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"acks": 1, "enable_idempotence": True}, "requires acks"),
+        ({"max_in_flight_requests_per_connection": 6, "enable_idempotence": True}, "<= 5"),
+        ({"compression_type": "snappy"}, "compression"),
+        ({"delivery_timeout_ms": 1000}, "delivery_timeout_ms"),
+        ({"batch_size": 0}, "batch_size"),
+    ],
+    ids=["idempotence-needs-acks-all", "in-flight-limit", "codec", "delivery-timeout", "batch"],
+)
+def test_producer_config_validation(kwargs: dict[str, object], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        AsyncProducer("h:1", **kwargs)  # type: ignore[arg-type]
+
+
+def test_idempotence_defaults_follow_acks() -> None:
+    assert AsyncProducer("h:1").idempotent
+    assert not AsyncProducer("h:1", acks=1).idempotent
