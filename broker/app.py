@@ -19,12 +19,16 @@ from prometheus_client import start_http_server
 
 from broker.clock import Clock, SystemClock
 from broker.config import BrokerConfig
+from broker.controller_link import ControllerForwarder, ControllerLink
 from broker.log.config import LogConfig
 from broker.log.manager import LogManager
 from broker.metadata_cache import BrokerInfo, MetadataCache
+from broker.replica.fetcher import FetcherManager, FetcherSettings
+from broker.replica.isr_reporter import IsrReporter
 from broker.replica.manager import ReplicaManager
 from broker.replica.partition import Role
-from broker.server.broker_servicer import BrokerServicer, ReplicaServicer
+from broker.server.broker_servicer import AdminBackend, BrokerServicer, ReplicaServicer
+from broker.server.control_servicer import ControlServicer
 from broker.server.metrics import BrokerMetrics, PartitionGaugeSource
 from broker.standalone import StandaloneController
 from minikafka.config import parse_host_port
@@ -38,6 +42,7 @@ GRPC_OPTIONS = [
     ("grpc.max_receive_message_length", 64 * 1024 * 1024),
 ]
 SHUTDOWN_GRACE_S = 5.0
+CONTROLLED_SHUTDOWN_TIMEOUT_S = 10.0
 
 
 class StandaloneAdmin:
@@ -103,6 +108,8 @@ class Broker:
         self._stopping = asyncio.Event()
         self.bound_port = 0
         self.logs: LogManager | None = None
+        self.link: ControllerLink | None = None
+        self.fetchers: FetcherManager | None = None
 
     def stop(self) -> None:
         """Ask `serve()` to shut down gracefully (safe from a signal handler)."""
@@ -144,19 +151,42 @@ class Broker:
         endpoint = common_pb2.BrokerEndpoint(
             broker_id=config.broker_id, host=adv_host, port=adv_port, rack=config.rack or ""
         )
-        store = StandaloneController(
-            data_dir=data_dir,
-            broker_id=config.broker_id,
-            replicas=replicas,
-            metadata=self.metadata,
-            now_ms=self.clock.monotonic_ms(),
-        )
         self.metadata.brokers = {
             config.broker_id: BrokerInfo(
                 broker_id=config.broker_id, host=adv_host, port=adv_port, rack=config.rack or ""
             )
         }
-        admin = StandaloneAdmin(store, endpoint, self.clock)
+        health_servicer = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+        if config.metrics_listen:
+            metrics_host, metrics_port = parse_host_port(
+                config.metrics_listen, what="--metrics-listen"
+            )
+            start_http_server(metrics_port, metrics_host, registry=self.metrics.registry)
+
+        link: ControllerLink | None = None
+        admin: AdminBackend
+        if config.standalone:
+            store = StandaloneController(
+                data_dir=data_dir,
+                broker_id=config.broker_id,
+                replicas=replicas,
+                metadata=self.metadata,
+                now_ms=self.clock.monotonic_ms(),
+            )
+            admin = StandaloneAdmin(store, endpoint, self.clock)
+        else:
+            assert config.controller is not None
+            link = ControllerLink(
+                address=config.controller,
+                broker_id=config.broker_id,
+                endpoint=endpoint,
+                clean_shutdown=logs.had_clean_shutdown,
+                heartbeat_interval_ms=config.heartbeat_interval_ms,
+            )
+            admin = ControllerForwarder(link)
+        self.link = link
+
         broker_pb2_grpc.add_BrokerServiceServicer_to_server(
             BrokerServicer(
                 replicas=replicas,
@@ -171,41 +201,96 @@ class Broker:
             ReplicaServicer(
                 replicas=replicas,
                 metrics=self.metrics,
-                broker_epoch_of=lambda broker_id, epoch: False,
+                # TODO(#3): check follower broker epochs once UpdateMetadata carries them.
+                broker_epoch_of=lambda broker_id, epoch: True,
                 fetch_max_bytes=config.fetch_max_bytes,
             ),
             server,
         )
-        health_servicer = health.aio.HealthServicer()
-        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-        if config.metrics_listen:
-            metrics_host, metrics_port = parse_host_port(
-                config.metrics_listen, what="--metrics-listen"
-            )
-            start_http_server(metrics_port, metrics_host, registry=self.metrics.registry)
-        await server.start()
-        await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
-        logger.info(
-            "broker %s listening on %s:%s (advertised %s:%s)%s",
-            config.broker_id,
-            host,
-            self.bound_port,
-            adv_host,
-            adv_port,
-            " in standalone mode" if config.standalone else "",
-        )
-        if ready is not None:
-            ready.set()
         try:
             async with asyncio.TaskGroup() as tasks:
+                if link is not None:
+                    self._wire_cluster_mode(server, link, replicas, tasks)
+                await server.start()
+                await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+                logger.info(
+                    "broker %s listening on %s:%s (advertised %s:%s)%s",
+                    config.broker_id,
+                    host,
+                    self.bound_port,
+                    adv_host,
+                    adv_port,
+                    " in standalone mode" if config.standalone else "",
+                )
+                if ready is not None:
+                    ready.set()
                 tasks.create_task(self._housekeeping(logs))
                 await self._stopping.wait()
+                if link is not None:
+                    moved = await link.controlled_shutdown(CONTROLLED_SHUTDOWN_TIMEOUT_S)
+                    logger.info(
+                        "controlled shutdown %s",
+                        "completed" if moved else "timed out; stopping anyway",
+                    )
                 raise _Stop
         except* _Stop:
             pass
         finally:
             await health_servicer.enter_graceful_shutdown()
             await server.stop(SHUTDOWN_GRACE_S)
+            if link is not None:
+                await link.final_heartbeat()
+                await link.close()
+
+    def _wire_cluster_mode(
+        self,
+        server: grpc.aio.Server,
+        link: ControllerLink,
+        replicas: ReplicaManager,
+        tasks: asyncio.TaskGroup,
+    ) -> None:
+        """Controller link, control servicer, follower fetchers and the ISR reporter."""
+        config = self.config
+        metadata = self.metadata
+        fetchers = FetcherManager(
+            settings=FetcherSettings(
+                broker_id=config.broker_id,
+                max_wait_ms=config.replica_fetch_wait_max_ms,
+                max_bytes=config.replica_fetch_max_bytes,
+                backoff_ms=config.replica_fetch_backoff_ms,
+                broker_epoch=lambda: link.broker_epoch,
+                now_ms=self.clock.wall_ms,
+            ),
+            endpoint_of=lambda broker_id: metadata.brokers.get(broker_id),
+            tasks=tasks,
+        )
+        self.fetchers = fetchers
+
+        def on_change() -> None:
+            live = set(metadata.brokers)
+            for partition in replicas.partitions.values():
+                partition.ineligible = frozenset(set(partition.replicas) - live)
+            fetchers.sync(list(replicas.partitions.values()))
+
+        broker_pb2_grpc.add_BrokerControlServiceServicer_to_server(
+            ControlServicer(
+                replicas=replicas,
+                metadata=metadata,
+                broker_epoch=lambda: link.broker_epoch,
+                on_change=on_change,
+            ),
+            server,
+        )
+        reporter = IsrReporter(
+            replicas=replicas,
+            sender=link,
+            clock=self.clock,
+            metrics=self.metrics,
+            check_interval_ms=max(50, min(500, config.replica_lag_time_max_ms // 4)),
+        )
+        replicas.on_isr_proposal = reporter.propose
+        tasks.create_task(link.run(), name="controller-link")
+        tasks.create_task(reporter.run(), name="isr-reporter")
 
     async def _housekeeping(self, logs: LogManager) -> None:
         """Checkpoints, flushes and retention on their intervals; runs until cancelled."""

@@ -49,11 +49,13 @@ class LoopThread:
             coro.close()
             raise RuntimeError("a blocking client call was made from the client's own loop")
         future = asyncio.run_coroutine_threadsafe(coro, self.loop)
-        try:
-            return future.result(timeout_s)
-        except concurrent.futures.TimeoutError:
+        # Wait first, then take the result: the coroutine's own KafkaTimeoutError is also
+        # a TimeoutError and must not be mistaken for ours.
+        concurrent.futures.wait([future], timeout_s)
+        if not future.done():
             future.cancel()
-            raise KafkaTimeoutError(f"call did not finish within {timeout_s} s") from None
+            raise KafkaTimeoutError(f"call did not finish within {timeout_s} s")
+        return future.result()
 
     def call_soon(self, callback: Callable[[], object]) -> None:
         self.loop.call_soon_threadsafe(callback)

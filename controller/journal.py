@@ -53,6 +53,7 @@ class JournalEntry(msgspec.Struct, frozen=True, kw_only=True):
 class Snapshot(msgspec.Struct, frozen=True, kw_only=True):
     offset: int
     records: list[Record]
+    broker_offsets: dict[int, int] = msgspec.field(default_factory=dict)
 
 
 _encoder = msgspec.msgpack.Encoder()
@@ -86,6 +87,8 @@ class Journal:
             snapshot_offset = snapshot.offset
             for record in snapshot.records:
                 state = replay(state, snapshot.offset, record)
+            offsets = {**state.broker_offsets, **snapshot.broker_offsets}
+            state = msgspec.structs.replace(state, broker_offsets=offsets)
         journal_path = directory / JOURNAL_FILE
         state, last_offset = _replay_journal(journal_path, state, snapshot_offset)
         file = open(journal_path, "ab")  # noqa: SIM115 (owned by the Journal, closed in close())
@@ -128,7 +131,11 @@ class Journal:
         """Atomically replace the snapshot with `state`, then empty the journal."""
         assert state.metadata_offset == self._last_offset, "snapshot of a stale state"
         payload = _encoder.encode(
-            Snapshot(offset=state.metadata_offset, records=snapshot_records(state))
+            Snapshot(
+                offset=state.metadata_offset,
+                records=snapshot_records(state),
+                broker_offsets=state.broker_offsets,
+            )
         )
         temporary = self._directory / (SNAPSHOT_FILE + ".tmp")
         with open(temporary, "wb") as file:

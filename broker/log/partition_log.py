@@ -160,7 +160,9 @@ class PartitionLog:
                 entry.unlink(missing_ok=True)
         bases.sort()
         epoch_path = directory / CHECKPOINT_NAME
-        rebuild_epochs = False
+        rebuild_epochs = bool(bases) and not epoch_path.exists()
+        if rebuild_epochs:
+            logger.warning("%s: no %s; rebuilding it from the log", name, CHECKPOINT_NAME)
         try:
             epoch_cache = LeaderEpochCache.load(epoch_path)
         except LogStorageError as exc:
@@ -210,8 +212,10 @@ class PartitionLog:
         start = min(max(log_start_offset, segments[0].base_offset), log_end_offset)
         epoch_cache.truncate_from_start(start)
         if recovered:
+            # What recovery validated may only be in the page cache (a process crash):
+            # make it durable before the recovery point claims it.
             for segment in segments:
-                segment.flush()
+                segment.sync()
             fsync_dir(directory)
             recovery_point = log_end_offset
         epoch_cache.flush()
@@ -351,10 +355,10 @@ class PartitionLog:
         if self._unflushed_messages == 0:
             self._first_unflushed_ms = now_ms
         self._unflushed_messages += record_count
-        if self.config.fsync_on_append:
+        # Only the configured policy fsyncs on the append path; rolled segments are left
+        # to the periodic `maybe_flush` so a produce never waits for a whole segment.
+        if self.config.fsync_on_append or self._flush_policy_due(now_ms):
             self.flush()
-        else:
-            self.maybe_flush(now_ms)
 
     def _maybe_roll(self, incoming_bytes: int, now_ms: int) -> None:
         active = self._segments[-1]
@@ -591,14 +595,23 @@ class PartitionLog:
     # ------------------------------------------------------------------ flush
     def flush(self) -> None:
         """fsync every segment written since the last flush; recovery point = LEO."""
+        self._flush(whole_log=True)
+
+    def _flush(self, *, whole_log: bool) -> None:
+        """fsync the whole log, or only the segments closed by a roll (Kafka flushes those
+        right after rolling), then advance the recovery point to what is now durable."""
         with self._lock:
             if self._closed:
                 return
-            end = self.log_end_offset
-            dirty = [s for s in self._segments if s.dirty]
+            if whole_log:
+                end = self.log_end_offset
+                dirty = [s for s in self._segments if s.dirty]
+                self._unflushed_messages = 0
+                self._first_unflushed_ms = -1
+            else:
+                end = self._segments[-1].base_offset
+                dirty = [s for s in self._segments[:-1] if s.dirty]
             dir_dirty, self._dir_dirty = self._dir_dirty, False
-            self._unflushed_messages = 0
-            self._first_unflushed_ms = -1
         try:
             for segment in dirty:
                 try:
@@ -618,16 +631,27 @@ class PartitionLog:
             self.recovery_point = max(self.recovery_point, min(end, self.log_end_offset))
 
     def maybe_flush(self, now_ms: int) -> bool:
-        """Flush if `flush_messages` or `flush_ms` says so; True if it flushed."""
+        """Flush if `flush_messages` or `flush_ms` says so; True if it flushed.
+
+        Without a due flush, segments closed by a roll are still fsynced (as Kafka does
+        after each roll), so the recovery point advances under the default policy and an
+        unclean restart only rescans the active segment.
+        """
+        if self._flush_policy_due(now_ms):
+            self.flush()
+            return True
+        if any(s.dirty for s in self._segments[:-1]):
+            self._flush(whole_log=False)
+            return True
+        return False
+
+    def _flush_policy_due(self, now_ms: int) -> bool:
         config = self.config
         pending = self._unflushed_messages
-        due = pending > 0 and (
+        return pending > 0 and (
             (0 <= config.flush_messages <= pending)
             or (config.flush_ms >= 0 and now_ms - self._first_unflushed_ms >= config.flush_ms)
         )
-        if due:
-            self.flush()
-        return due
 
     def update_config(self, config: LogConfig) -> None:
         """Apply new topic settings (they take effect from the next append / retention run)."""

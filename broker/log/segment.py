@@ -303,6 +303,11 @@ class LogSegment:
             self._dirty = False
             os.fsync(self._fd)
 
+    def sync(self) -> None:
+        """fsync unconditionally (after recovery, whatever this process wrote or not)."""
+        self._dirty = False
+        os.fsync(self._fd)
+
     def fileno(self) -> int:
         return self._fd
 

@@ -141,7 +141,7 @@ def truncation_point(
     if local.end_offset == UNKNOWN:
         return TruncationPoint(offset=min(diverging.end_offset, log_end_offset), complete=True)
     if local.epoch != diverging.epoch:
-        return TruncationPoint(offset=min(diverging.end_offset, log_end_offset), complete=True)
+        return TruncationPoint(offset=min(local.end_offset, log_end_offset), complete=False)
     return TruncationPoint(
         offset=min(local.end_offset, diverging.end_offset, log_end_offset), complete=True
     )

@@ -161,11 +161,15 @@ def test_clean_open_still_checks_the_last_batch(
     check_recovered(log, pristine[1], len(pristine[1]) - 1)
 
 
-def test_corrupt_epoch_checkpoint_is_rebuilt_from_the_log(
-    pristine: tuple[Path, list[bytes]], tmp_path: Path
+@pytest.mark.parametrize("damage", ["garbage", "missing"])
+def test_bad_epoch_checkpoint_is_rebuilt_from_the_log(
+    pristine: tuple[Path, list[bytes]], tmp_path: Path, damage: str
 ) -> None:
     directory = reopen_damaged(pristine, tmp_path)
-    (directory / CHECKPOINT_NAME).write_text("0\n7\ngarbage")
+    if damage == "garbage":
+        (directory / CHECKPOINT_NAME).write_text("0\n7\ngarbage")
+    else:
+        (directory / CHECKPOINT_NAME).unlink()
     log = open_log(directory, CONFIG, clean=True)
     epochs = [(e.epoch, e.start_offset) for e in log.epoch_cache.entries()]
     assert [e for e, _ in epochs] == [0, 1, 2, 3, 9]

@@ -350,6 +350,17 @@ def test_flush_policy(
     assert (log.recovery_point == log.log_end_offset) is expected
 
 
+def test_rolled_segments_are_flushed_without_a_policy(tmp_path: Path) -> None:
+    config = msgspec.structs.replace(SMALL, segment_bytes=600)
+    log = open_log(tmp_path / "orders-0", config)
+    for i in range(6):
+        log.append_as_leader(batch(1, value_bytes=200, tag=i), leader_epoch=0, now_ms=0)
+    assert log.recovery_point == 0
+    assert log.maybe_flush(now_ms=0)
+    assert log.recovery_point == log.segment_base_offsets()[-1] > 0
+    assert not log.maybe_flush(now_ms=0)
+
+
 def test_clean_reopen_restores_everything(tmp_path: Path) -> None:
     config = msgspec.structs.replace(SMALL, segment_bytes=700)
     log = open_log(tmp_path / "orders-0", config)

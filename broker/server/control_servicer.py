@@ -1,0 +1,162 @@
+"""BrokerControlService servicer: LeaderAndIsr, StopReplica and UpdateMetadata from the
+controller, translated to ReplicaManager / MetadataCache calls.
+
+Requests from an older controller epoch than the newest seen are answered
+STALE_CONTROLLER_EPOCH and change nothing; requests addressed to another incarnation of
+this broker (a different broker epoch) are answered STALE_BROKER_EPOCH.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import grpc
+
+from broker.metadata_cache import BrokerInfo, MetadataCache, PartitionInfo
+from broker.replica.manager import ReplicaManager
+from broker.replica.transitions import LeaderAndIsrPartition, check_controller_epoch
+from minikafka.errors import ErrorCode
+from minikafka.v1 import broker_pb2, broker_pb2_grpc, common_pb2
+
+logger = logging.getLogger(__name__)
+
+
+def _partition_update(state: broker_pb2.PartitionState) -> LeaderAndIsrPartition:
+    return LeaderAndIsrPartition(
+        topic=state.topic,
+        partition=state.partition,
+        leader=state.leader,
+        leader_epoch=state.leader_epoch,
+        partition_epoch=state.partition_epoch,
+        isr=frozenset(state.isr),
+        replicas=tuple(state.replicas),
+        is_new=state.is_new,
+        recovering=state.state == "RECOVERING",
+    )
+
+
+def _partition_info(state: broker_pb2.PartitionState) -> PartitionInfo:
+    return PartitionInfo(
+        topic=state.topic,
+        partition=state.partition,
+        leader=state.leader,
+        leader_epoch=state.leader_epoch,
+        replicas=tuple(state.replicas),
+        isr=tuple(state.isr),
+        partition_epoch=state.partition_epoch,
+        state=state.state or "ONLINE",
+    )
+
+
+def _broker_info(endpoint: common_pb2.BrokerEndpoint) -> BrokerInfo:
+    return BrokerInfo(
+        broker_id=endpoint.broker_id, host=endpoint.host, port=endpoint.port, rack=endpoint.rack
+    )
+
+
+class ControlServicer(broker_pb2_grpc.BrokerControlServiceServicer):
+    """Controller -> broker requests."""
+
+    def __init__(
+        self,
+        *,
+        replicas: ReplicaManager,
+        metadata: MetadataCache,
+        broker_epoch: Callable[[], int],
+        on_change: Callable[[], None],
+    ) -> None:
+        self._replicas = replicas
+        self._metadata = metadata
+        self._broker_epoch = broker_epoch
+        self._on_change = on_change
+
+    def _fence(self, controller_epoch: int, broker_epoch: int) -> ErrorCode | None:
+        stale = check_controller_epoch(controller_epoch, self._metadata.controller_epoch)
+        if stale is not None:
+            return stale
+        current = self._broker_epoch()
+        if broker_epoch >= 0 and current >= 0 and broker_epoch != current:
+            return ErrorCode.STALE_BROKER_EPOCH
+        self._metadata.controller_epoch = controller_epoch
+        return None
+
+    def _apply_configs(self, topic_configs: list[broker_pb2.TopicConfigs]) -> None:
+        for entry in topic_configs:
+            configs = dict(entry.configs)
+            if self._metadata.topic_configs.get(entry.topic) != configs:
+                self._metadata.topic_configs[entry.topic] = configs
+                self._replicas.refresh_settings(entry.topic)
+
+    async def LeaderAndIsr(
+        self,
+        request: broker_pb2.LeaderAndIsrRequest,
+        context: grpc.aio.ServicerContext[
+            broker_pb2.LeaderAndIsrRequest, broker_pb2.LeaderAndIsrResponse
+        ],
+    ) -> broker_pb2.LeaderAndIsrResponse:
+        fenced = self._fence(request.controller_epoch, request.broker_epoch)
+        if fenced is not None:
+            return broker_pb2.LeaderAndIsrResponse(error_code=int(fenced))
+        self._metadata.controller_id = request.controller_id
+        for endpoint in request.live_leaders:
+            self._metadata.brokers.setdefault(endpoint.broker_id, _broker_info(endpoint))
+        self._apply_configs(list(request.topic_configs))
+        response = broker_pb2.LeaderAndIsrResponse(error_code=int(ErrorCode.NONE))
+        for state in request.partitions:
+            code = self._replicas.apply_leader_and_isr(_partition_update(state))
+            if code is ErrorCode.NONE:
+                self._metadata.update_partition(_partition_info(state))
+            response.partitions.add(
+                topic=state.topic, partition=state.partition, error_code=int(code)
+            )
+        self._on_change()
+        return response
+
+    async def StopReplica(
+        self,
+        request: broker_pb2.StopReplicaRequest,
+        context: grpc.aio.ServicerContext[
+            broker_pb2.StopReplicaRequest, broker_pb2.StopReplicaResponse
+        ],
+    ) -> broker_pb2.StopReplicaResponse:
+        fenced = self._fence(request.controller_epoch, request.broker_epoch)
+        if fenced is not None:
+            return broker_pb2.StopReplicaResponse(error_code=int(fenced))
+        response = broker_pb2.StopReplicaResponse(error_code=int(ErrorCode.NONE))
+        for item in request.partitions:
+            code = self._replicas.stop_replica(
+                item.topic,
+                item.partition,
+                leader_epoch=item.leader_epoch,
+                delete=item.delete_partition,
+            )
+            response.partitions.add(
+                topic=item.topic, partition=item.partition, error_code=int(code)
+            )
+        self._on_change()
+        return response
+
+    async def UpdateMetadata(
+        self,
+        request: broker_pb2.UpdateMetadataRequest,
+        context: grpc.aio.ServicerContext[
+            broker_pb2.UpdateMetadataRequest, broker_pb2.UpdateMetadataResponse
+        ],
+    ) -> broker_pb2.UpdateMetadataResponse:
+        fenced = self._fence(request.controller_epoch, request.broker_epoch)
+        if fenced is not None:
+            return broker_pb2.UpdateMetadataResponse(error_code=int(fenced))
+        cache = self._metadata
+        cache.controller_id = request.controller_id
+        if request.cluster_id:
+            cache.cluster_id = request.cluster_id
+        cache.brokers = {e.broker_id: _broker_info(e) for e in request.live_brokers}
+        for topic in request.deleted_topics:
+            cache.remove_topic(topic)
+        for state in request.partitions:
+            cache.update_partition(_partition_info(state))
+        self._apply_configs(list(request.topic_configs))
+        cache.metadata_offset = max(cache.metadata_offset, request.metadata_offset)
+        self._on_change()
+        return broker_pb2.UpdateMetadataResponse(error_code=int(ErrorCode.NONE))
