@@ -525,7 +525,6 @@ class AsyncConsumer:
                     or state.error is not None
                     or state.reset_to is not None
                     or state.fetch_offset < 0
-                    or state.records_index < len(state.records)
                 ):
                     if state.reset_to is not None and state.error is None:
                         next_retry = min(next_retry, state.retry_after)

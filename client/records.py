@@ -71,7 +71,8 @@ class FetchedBatches(msgspec.Struct, frozen=True, kw_only=True):
     last_record_epoch: int
 
 
-Deserializer = Callable[[bytes | None], Any]
+#: Applied to non-None keys / values only.
+Deserializer = Callable[[bytes], Any]
 
 _new_record = tuple.__new__
 
@@ -113,9 +114,9 @@ def decode_fetched(
         skip = max(0, position - base)
         for i in range(skip, len(rows)):
             delta, key, value, hdrs = rows[i]
-            if key_deserializer is not None:
+            if key_deserializer is not None and key is not None:
                 key = key_deserializer(key)
-            if value_deserializer is not None:
+            if value_deserializer is not None and value is not None:
                 value = value_deserializer(value)
             records.append(
                 _new_record(

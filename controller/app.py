@@ -53,7 +53,7 @@ class ControllerApp:
         self.address = ""
         self.metrics_address: str | None = None
         self._engine: ControllerEngine | None = None
-        self._stack: contextlib.AsyncExitStack | None = None
+        self._main: asyncio.Task[None] | None = None
 
     @property
     def engine(self) -> ControllerEngine:
@@ -61,17 +61,31 @@ class ControllerApp:
         return self._engine
 
     async def __aenter__(self) -> ControllerApp:
-        self._stack = contextlib.AsyncExitStack()
-        try:
-            await self._stack.enter_async_context(self._running())
-        except BaseException:
-            await self._stack.aclose()
-            raise
+        """Start in a background task; return once listening (or raise why it could not)."""
+        loop = asyncio.get_running_loop()
+        started: asyncio.Future[None] = loop.create_future()
+        self._main = asyncio.create_task(self._run(started), name="controller")
+        await asyncio.wait({self._main, started}, return_when=asyncio.FIRST_COMPLETED)
+        if not started.done():
+            await self._main  # raises the start-up error
+            raise RuntimeError("controller stopped during start-up")
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
-        assert self._stack is not None
-        await self._stack.__aexit__(*exc_info)  # type: ignore[arg-type]
+        assert self._main is not None
+        self._main.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._main
+
+    async def wait(self) -> None:
+        """Until the controller stops (it only stops on its own after a fatal error)."""
+        assert self._main is not None
+        await asyncio.shield(self._main)
+
+    async def _run(self, started: asyncio.Future[None]) -> None:
+        async with self._running():
+            started.set_result(None)
+            await asyncio.Event().wait()  # until cancelled
 
     @contextlib.asynccontextmanager
     async def _running(self) -> AsyncIterator[None]:
@@ -158,10 +172,10 @@ def _bracket(host: str) -> str:
 
 async def serve(config: ControllerConfig, *, ready: asyncio.Event | None = None) -> None:
     """Run the controller until cancelled; set `ready` once it is listening."""
-    async with ControllerApp(config):
+    async with ControllerApp(config) as app:
         if ready is not None:
             ready.set()
-        await asyncio.Event().wait()  # until cancelled
+        await app.wait()
 
 
 def run(config: ControllerConfig) -> None:

@@ -456,6 +456,9 @@ class Partition:
 
     def _truncate(self, offset: int, *, reason: str) -> None:
         if offset >= self.log.log_end_offset:
+            # Still drop epoch entries at or past the LEO: a short-lived leader may have
+            # assigned an epoch it never appended to (Kafka UnifiedLog.truncateTo).
+            self.log.epoch_cache.truncate_from_end(self.log.log_end_offset)
             return
         level = logging.WARNING if offset < self.log.high_watermark else logging.INFO
         state_change_logger.log(

@@ -56,6 +56,7 @@ class ServerProcess:
         self.address = address
         self.log_path = log_path
         self.proc: subprocess.Popen[bytes] | None = None
+        self.paused = False
 
     def start(self, *, wait: bool = True) -> ServerProcess:
         env = dict(os.environ, PYTHONUNBUFFERED="1")
@@ -100,10 +101,12 @@ class ServerProcess:
     def pause(self) -> None:
         assert self.proc is not None
         os.kill(self.proc.pid, signal.SIGSTOP)
+        self.paused = True
 
     def resume(self) -> None:
         assert self.proc is not None
         os.kill(self.proc.pid, signal.SIGCONT)
+        self.paused = False
 
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace")

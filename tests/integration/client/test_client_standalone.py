@@ -11,6 +11,7 @@ from client import (
     AsyncConsumer,
     AsyncProducer,
     Consumer,
+    ConsumerRecord,
     NewTopic,
     Producer,
     TopicPartition,
@@ -32,7 +33,7 @@ def create(broker: StandaloneBroker, name: str, partitions: int = 1) -> None:
         admin.create_topics(NewTopic(name, partitions, 1))
 
 
-def consume_all(broker: StandaloneBroker, topic: str, expected: int) -> list[object]:
+def consume_all(broker: StandaloneBroker, topic: str, expected: int) -> list[ConsumerRecord]:
     with Consumer(
         topic,
         bootstrap_servers=broker.bootstrap,
@@ -59,8 +60,8 @@ def test_keyed_records_land_on_the_murmur2_partition(standalone_broker: Standalo
     records = consume_all(standalone_broker, "keyed", len(keys))
     assert len(records) == len(keys)
     for record in records:
-        assert record.partition == default_partition(record.key, 5)  # type: ignore[attr-defined]
-        assert record.value == b"v-" + record.key  # type: ignore[attr-defined]
+        assert record.partition == default_partition(record.key, 5)
+        assert record.value == b"v-" + record.key
 
 
 def test_every_record_once_and_in_order_per_partition(standalone_broker: StandaloneBroker) -> None:
@@ -68,18 +69,20 @@ def test_every_record_once_and_in_order_per_partition(standalone_broker: Standal
     count = 20_000
     with Producer(bootstrap_servers=standalone_broker.bootstrap, linger_ms=2) as producer:
         futures = [
-            producer.send("ordered", str(i).encode(), key=str(i % 7).encode(), headers=[("h", b"1")])
+            producer.send(
+                "ordered", str(i).encode(), key=str(i % 7).encode(), headers=[("h", b"1")]
+            )
             for i in range(count)
         ]
         producer.flush()
         offsets = {(md.partition, md.offset) for md in (f.result(10) for f in futures)}
     assert len(offsets) == count
     records = consume_all(standalone_broker, "ordered", count)
-    assert sorted(int(r.value) for r in records) == list(range(count))  # type: ignore[attr-defined]
+    assert sorted(int(r.value) for r in records) == list(range(count))
     by_key: dict[bytes, list[int]] = {}
     for r in records:
-        by_key.setdefault(r.key, []).append(int(r.value))  # type: ignore[attr-defined]
-        assert r.headers == [("h", b"1")]  # type: ignore[attr-defined]
+        by_key.setdefault(r.key, []).append(int(r.value))
+        assert r.headers == [("h", b"1")]
     for values in by_key.values():
         assert values == sorted(values)
 
@@ -87,19 +90,23 @@ def test_every_record_once_and_in_order_per_partition(standalone_broker: Standal
 @pytest.mark.parametrize("codec", ["gzip", "lz4", "zstd"])
 def test_compressed_batches_round_trip(standalone_broker: StandaloneBroker, codec: str) -> None:
     create(standalone_broker, f"c-{codec}")
-    with Producer(bootstrap_servers=standalone_broker.bootstrap, compression_type=codec) as producer:
+    with Producer(
+        bootstrap_servers=standalone_broker.bootstrap, compression_type=codec
+    ) as producer:
         for i in range(500):
             producer.send(f"c-{codec}", b"payload %d" % i)
         producer.flush()
     records = consume_all(standalone_broker, f"c-{codec}", 500)
-    assert [r.value for r in records] == [b"payload %d" % i for i in range(500)]  # type: ignore[attr-defined]
+    assert [r.value for r in records] == [b"payload %d" % i for i in range(500)]
 
 
 def test_serializers_and_type_errors(standalone_broker: StandaloneBroker) -> None:
     create(standalone_broker, "ser")
-    with Producer(bootstrap_servers=standalone_broker.bootstrap) as producer:
-        with pytest.raises(TypeError, match="value_serializer"):
-            producer.send("ser", "not bytes")
+    with (
+        Producer(bootstrap_servers=standalone_broker.bootstrap) as producer,
+        pytest.raises(TypeError, match="value_serializer"),
+    ):
+        producer.send("ser", "not bytes")
     with Producer(
         bootstrap_servers=standalone_broker.bootstrap,
         value_serializer=str.encode,
@@ -182,9 +189,11 @@ def test_admin_errors_carry_code_and_message(standalone_broker: StandaloneBroker
 
 
 def test_send_to_a_missing_topic_times_out(standalone_broker: StandaloneBroker) -> None:
-    with Producer(bootstrap_servers=standalone_broker.bootstrap, max_block_ms=300) as producer:
-        with pytest.raises(KafkaTimeoutError, match="missing"):
-            producer.send("missing", b"x")
+    with (
+        Producer(bootstrap_servers=standalone_broker.bootstrap, max_block_ms=300) as producer,
+        pytest.raises(KafkaTimeoutError, match="missing"),
+    ):
+        producer.send("missing", b"x")
 
 
 async def test_async_producer_and_consumer(standalone_broker: StandaloneBroker) -> None:

@@ -25,7 +25,9 @@ def always(_batch: ProducerBatch) -> bool:
     return True
 
 
-def append(acc: RecordAccumulator, tp: TopicPartition, value: bytes, now_ms: float = 0.0) -> tuple[FutureRecordMetadata, bool]:
+def append(
+    acc: RecordAccumulator, tp: TopicPartition, value: bytes, now_ms: float = 0.0
+) -> tuple[FutureRecordMetadata, bool]:
     size = estimate_size(None, value, None)
     return acc.append(tp, (1000, None, value, None), size, now_ms)
 
@@ -110,7 +112,8 @@ def test_record_futures_resolve_from_the_batch_result() -> None:
     assert f0.result(1) == RecordMetadata("t", 0, 40, 1000, 0)
     assert f1.get(1).offset == 41
     assert seen == [RecordMetadata("t", 0, 41, 1000, 0)]
-    assert f1.succeeded() and not f1.failed()
+    assert f1.succeeded()
+    assert not f1.failed()
 
 
 def test_log_append_time_replaces_the_create_time() -> None:

@@ -8,7 +8,6 @@ from client import errors
 from client.records import TopicPartition
 from minikafka.errors import ErrorCode, MiniKafkaError
 
-
 ERROR_CODES = [c for c in ErrorCode if c is not ErrorCode.NONE]
 
 

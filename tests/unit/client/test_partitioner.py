@@ -32,7 +32,9 @@ JAVA_PARTITION_1000 = [
 ]
 
 
-@pytest.mark.parametrize(("key", "expected"), KAFKA_MURMUR2, ids=[k.decode() for k, _ in KAFKA_MURMUR2])
+@pytest.mark.parametrize(
+    ("key", "expected"), KAFKA_MURMUR2, ids=[k.decode() for k, _ in KAFKA_MURMUR2]
+)
 def test_murmur2_matches_kafka_utils(key: bytes, expected: int) -> None:
     assert murmur2(key) == expected
 

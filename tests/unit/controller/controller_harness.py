@@ -53,7 +53,8 @@ class Harness:
                 host="127.0.0.1",
                 port=9000 + broker_id,
                 rack=rack,
-                incarnation_id=incarnation or f"incarnation-{broker_id}-{self.state.metadata_offset}",
+                incarnation_id=incarnation
+                or f"incarnation-{broker_id}-{self.state.metadata_offset}",
                 clean_shutdown=clean_shutdown,
                 session_alive=session_alive,
             )

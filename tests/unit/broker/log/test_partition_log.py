@@ -368,11 +368,12 @@ def test_clean_reopen_restores_everything(tmp_path: Path) -> None:
     log.append_as_leader(batch(), leader_epoch=2, now_ms=0)
     log.update_high_watermark(30)
     before = snapshot(log)
+    segments = len(log.segment_base_offsets())
+    assert segments > 2
     log.close()
+    assert len(list((tmp_path / "orders-0").glob("*.index"))) == segments
     reopened = open_log(tmp_path / "orders-0", config, high_watermark=30)
     assert snapshot(reopened) == before
-    assert all(p.exists() for p in (tmp_path / "orders-0").glob("*.log"))
-    assert len(list((tmp_path / "orders-0").glob("*.index"))) == len(before[3])  # type: ignore[arg-type]
 
 
 def test_delete_removes_directory(tmp_path: Path) -> None:
