@@ -85,7 +85,7 @@ class ControllerApp:
     async def _run(self, started: asyncio.Future[None]) -> None:
         async with self._running():
             started.set_result(None)
-            await asyncio.Event().wait()  # until cancelled
+            await self.engine.fatal  # until cancelled, or a journal write failed
 
     @contextlib.asynccontextmanager
     async def _running(self) -> AsyncIterator[None]:

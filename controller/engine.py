@@ -91,6 +91,8 @@ class ControllerEngine:
         self._clock = clock
         self._metrics = metrics
         self._lock = asyncio.Lock()
+        # Completed with the error when a commit fails: the app stops (state unknown).
+        self.fatal: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._liveness = Liveness(session_timeout_ms=config.session_timeout_ms)
         self._dispatcher = Dispatcher(
             current_state=lambda: self._state,
@@ -347,7 +349,13 @@ class ControllerEngine:
         if not records:
             return result.reply
         old = self._state
-        last_offset = await asyncio.to_thread(self._journal.append, records)
+        try:
+            last_offset = await asyncio.to_thread(self._journal.append, records)
+        except Exception as error:
+            logger.critical("metadata journal write failed, stopping the controller: %s", error)
+            if not self.fatal.done():
+                self.fatal.set_exception(error)
+            raise
         state = old
         for offset, record in enumerate(records, start=last_offset - len(records) + 1):
             state = replay(state, offset, record)

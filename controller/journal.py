@@ -19,6 +19,7 @@ Synchronous file I/O; single writer (the controller's request loop).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import struct
@@ -43,6 +44,10 @@ FRAME_PAYLOAD_BYTES_MAX: Final = 256 * 1024 * 1024
 
 class JournalCorruptError(Exception):
     """Committed metadata is damaged (not a torn tail): refuse to start rather than guess."""
+
+
+class JournalFailedError(Exception):
+    """An earlier write failed: the journal refuses further appends (the controller stops)."""
 
 
 class JournalEntry(msgspec.Struct, frozen=True, kw_only=True):
@@ -75,6 +80,8 @@ class Journal:
         self._file = file
         self._last_offset = last_offset
         self._snapshot_offset = snapshot_offset
+        self._size_bytes = file.seek(0, os.SEEK_END)
+        self._failed = False
 
     @classmethod
     def open(cls, directory: Path) -> tuple[Journal, ClusterState]:
@@ -112,7 +119,14 @@ class Journal:
         return self._last_offset - self._snapshot_offset
 
     def append(self, records: Sequence[Record]) -> int:
-        """Durably append `records` (one write, one fsync); return the last offset."""
+        """Durably append `records` (one write, one fsync); return the last offset.
+
+        On an I/O error the partial write is cut off (best effort), the journal refuses
+        every later append (`JournalFailedError`) and the error propagates: the records
+        were not committed and the controller must stop.
+        """
+        if self._failed:
+            raise JournalFailedError("an earlier journal write failed")
         if not records:
             return self._last_offset
         frames = []
@@ -120,10 +134,19 @@ class Journal:
         for record in records:
             offset += 1
             frames.append(encode_frame(_encoder.encode(JournalEntry(offset=offset, record=record))))
+        data = b"".join(frames)
         file = self._file
-        file.write(b"".join(frames))
-        file.flush()
-        os.fsync(file.fileno())
+        try:
+            file.write(data)
+            file.flush()
+            os.fsync(file.fileno())
+        except OSError:
+            self._failed = True
+            logger.exception("journal write failed at offset %d", self._last_offset + 1)
+            with contextlib.suppress(OSError):
+                file.truncate(self._size_bytes)
+            raise
+        self._size_bytes += len(data)
         self._last_offset = offset
         return offset
 
@@ -148,6 +171,7 @@ class Journal:
         journal.truncate(0)
         journal.flush()
         os.fsync(journal.fileno())
+        self._size_bytes = 0
         self._snapshot_offset = state.metadata_offset
         logger.info("metadata snapshot written at offset %d", state.metadata_offset)
 

@@ -215,7 +215,6 @@ def controller(
 ) -> None:
     """Run the controller: cluster metadata, broker liveness, leader elections."""
     from controller.app import run
-
     from controller.config import ControllerConfig
 
     _setup_logging(log_level)
@@ -478,9 +477,7 @@ def topic_create(
     configs: tuple[str, ...],
 ) -> None:
     """Create topic NAME."""
-    from client.admin import NewTopic
-
-    from client import Admin
+    from client import Admin, NewTopic
 
     try:
         config_map = parse_key_values(configs)
@@ -492,7 +489,7 @@ def topic_create(
                 [NewTopic(name, partitions, replication_factor, configs=config_map)]
             )
         except Exception as exc:
-            _fail(f"cannot create topic {name!r}: {exc}")
+            _fail(str(exc))
     click.echo(f"Created topic {name}.")
 
 
@@ -589,7 +586,7 @@ def topic_delete(bootstrap_server: str, name: str) -> None:
         try:
             admin.delete_topics([name])
         except Exception as exc:
-            _fail(f"cannot delete topic {name!r}: {exc}")
+            _fail(str(exc))
     click.echo(f"Deleted topic {name}.")
 
 
@@ -615,7 +612,7 @@ def topic_alter_config(
         try:
             admin.alter_configs(name, updates, delete=list(delete_keys))
         except Exception as exc:
-            _fail(f"cannot alter configs of {name!r}: {exc}")
+            _fail(str(exc))
     click.echo(f"Updated configs of topic {name}.")
 
 
@@ -651,7 +648,9 @@ def leader_election(
                     TopicPartition(topic_name, p.partition) for p in described[0].partitions
                 ]
         try:
-            results = admin.elect_leaders(election_type, partitions)
+            results = admin.elect_leaders(
+                "unclean" if election_type == "unclean" else "preferred", partitions
+            )
         except Exception as exc:
             _fail(f"election failed: {exc}")
     failed = False
@@ -663,7 +662,7 @@ def leader_election(
             )
         else:
             failed = failed or result.error_code != 84  # ELECTION_NOT_NEEDED is not a failure
-            click.echo(f"{result.topic}-{result.partition}: {result.error}")
+            click.echo(str(result.error))
     if failed:
         raise SystemExit(1)
 

@@ -10,7 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from controller.journal import JOURNAL_FILE, SNAPSHOT_FILE, Journal, JournalCorruptError
+from controller.journal import (
+    JOURNAL_FILE,
+    SNAPSHOT_FILE,
+    Journal,
+    JournalCorruptError,
+    JournalFailedError,
+)
 from controller.model import BrokerRegistration, ClusterState, PartitionRegistration, TopicRecord
 from controller.records import (
     BrokerRecord,
@@ -194,3 +200,23 @@ def test_restarts_never_reuse_epochs(tmp_path: Path) -> None:
     assert broker_epochs == [1, 2, 3, 4]
     _, final = Journal.open(tmp_path)
     assert final.cluster_id == "cluster"
+
+
+def test_failed_write_is_cut_off_and_journal_refuses_more(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    journal, state = Journal.open(tmp_path)
+    state = append_one_by_one(journal, state, RECORDS[:2])
+
+    def broken_fsync(descriptor: int) -> None:
+        raise OSError(5, "Input/output error")
+
+    with monkeypatch.context() as patch:
+        patch.setattr("controller.journal.os.fsync", broken_fsync)
+        with pytest.raises(OSError, match="Input/output"):
+            journal.append(RECORDS[2:4])
+    with pytest.raises(JournalFailedError):
+        journal.append(RECORDS[4:])
+    journal.close()
+    _, recovered = Journal.open(tmp_path)
+    assert recovered == state  # the failed records were never committed
