@@ -41,3 +41,6 @@ class BrokerConfig(msgspec.Struct, frozen=True, kw_only=True):
     # Liveness against the controller (the controller's values win once registered)
     heartbeat_interval_ms: PositiveMs = 250
     use_uvloop: bool = True
+    #: DELIBERATELY UNSAFE, for the fault suite's self-test only: the leader's HW follows
+    #: its own LEO (acks=all then acknowledges before followers have the data).
+    unsafe_test_hw_is_leo: bool = False

@@ -230,6 +230,8 @@ class RecordAccumulator:
         self._lock = threading.Lock()
         self._space = threading.Condition(self._lock)
         self._queues: dict[TopicPartition, deque[ProducerBatch]] = {}
+        #: The batch records of each partition are appended to (closed once drained).
+        self._open: dict[TopicPartition, ProducerBatch] = {}
         self._incomplete: set[ProducerBatch] = set()
         self._buffered_bytes = 0
         self.flushing = 0
@@ -248,8 +250,18 @@ class RecordAccumulator:
         """Add `record` to the open batch of `tp`; returns its future and whether the
         sender should be woken (a batch was created or filled). Raises `BufferFull`."""
         with self._lock:
-            if self._buffered_bytes + size > self.buffer_memory and self._buffered_bytes > 0:
+            buffered = self._buffered_bytes + size
+            if buffered > self.buffer_memory and self._buffered_bytes > 0:
                 raise BufferFull
+            batch = self._open.get(tp)
+            if (
+                batch is not None and not batch.closed and batch.size_bytes + size < self.batch_size
+            ):  # fast path: room in the open batch
+                records = batch.records
+                records.append(record)
+                batch.size_bytes += size
+                self._buffered_bytes = buffered
+                return FutureRecordMetadata(batch, len(records) - 1), False
             queue = self._queues.get(tp)
             if queue is None:
                 queue = self._queues[tp] = deque()
@@ -265,6 +277,7 @@ class RecordAccumulator:
                     batch.closed = True
                 batch = ProducerBatch(tp, now_ms)
                 queue.append(batch)
+                self._open[tp] = batch
                 self._incomplete.add(batch)
                 wake = True
             batch.records.append(record)

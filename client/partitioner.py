@@ -80,9 +80,13 @@ class DefaultPartitioner:
         if key is not None:
             return default_partition(key, len(all_partitions))
         current = self._sticky.get(topic)
-        if current is not None and current in all_partitions:
+        if current is not None:
             return current
         return self._choose(topic, all_partitions, available, avoid=None)
+
+    def reset(self, topic: str) -> None:
+        """Forget the sticky partition of `topic` (its partition list changed)."""
+        self._sticky.pop(topic, None)
 
     def on_new_batch(
         self, topic: str, previous: int, all_partitions: Sequence[int], available: Sequence[int]

@@ -183,6 +183,10 @@ class AsyncProducer:
         self._epoch_bump_pending = False
         self._in_flight_requests: dict[int, int] = {}
         self._metadata_task: asyncio.Task[None] | None = None
+        #: topic -> (view it came from, partitions, available partitions, partition set)
+        self._topic_cache: dict[
+            str, tuple[object, list[int], list[int], dict[int, TopicPartition]]
+        ] = {}
         self._fatal: BaseException | None = None
 
     # ---- lifecycle ------------------------------------------------------------------
@@ -382,16 +386,23 @@ class AsyncProducer:
                     raise TypeError("headers must be a list of (str, bytes) pairs")
         assert self._conn is not None
         view = self._conn.view
-        partitions = view.partitions_for(topic)
-        if partitions is None:
-            return "metadata"
+        cached = self._topic_cache.get(topic)
+        if cached is None or cached[0] is not view:
+            found = view.partitions_for(topic)
+            if found is None:
+                return "metadata"
+            if cached is not None and cached[1] != found:
+                self._partitioner.reset(topic)
+            tps = {p: TopicPartition(topic, p) for p in found}
+            cached = (view, found, view.available_partitions(topic), tps)
+            self._topic_cache[topic] = cached
+        _view, partitions, available, tps = cached
         if partition is None:
-            available = view.available_partitions(topic)
             if self._user_partitioner is not None:
                 partition = self._user_partitioner(key_bytes, partitions, available)
             else:
                 partition = self._partitioner(topic, key_bytes, partitions, available)
-        elif partition not in partitions:
+        elif partition not in tps:
             raise ValueError(
                 f"partition {partition} of {topic!r} does not exist (partitions {partitions})"
             )
@@ -402,7 +413,7 @@ class AsyncProducer:
             )
         if timestamp_ms is None:
             timestamp_ms = int(time.time() * 1000)
-        tp = TopicPartition(topic, partition)
+        tp = tps[partition]
         try:
             future, wake = self.accumulator.append(
                 tp, (timestamp_ms, key_bytes, value_bytes, headers), size, _now_ms()
@@ -411,9 +422,7 @@ class AsyncProducer:
             return "buffer"
         if wake:
             if key_bytes is None and self._user_partitioner is None and future._index > 0:
-                self._partitioner.on_new_batch(
-                    topic, partition, partitions, view.available_partitions(topic)
-                )
+                self._partitioner.on_new_batch(topic, partition, partitions, available)
             self._wake_threadsafe()
         return future
 

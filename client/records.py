@@ -8,7 +8,8 @@ batch, skipping records below the consumer's position (a fetch returns whole bat
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from itertools import count
 from typing import Any, NamedTuple
 
 import msgspec
@@ -35,8 +36,13 @@ class RecordMetadata(NamedTuple):
         return TopicPartition(self.topic, self.partition)
 
 
-class ConsumerRecord(NamedTuple):
-    """One consumed record (kafka-python's field names)."""
+class ConsumerRecord(msgspec.Struct, frozen=True, gc=False):
+    """One consumed record (kafka-python's field names, in kafka-python's order).
+
+    `headers` is a list of `(str, bytes)` pairs, or an empty tuple when the record has
+    none. (A frozen, GC-untracked msgspec struct: building one per record is 2-3x
+    cheaper than a named tuple, which matters at a million records per second.)
+    """
 
     topic: str
     partition: int
@@ -45,8 +51,12 @@ class ConsumerRecord(NamedTuple):
     timestamp_type: int
     key: Any
     value: Any
-    headers: list[tuple[str, bytes]]
+    headers: Sequence[tuple[str, bytes]]
     leader_epoch: int
+
+    @property
+    def topic_partition(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
 
 
 class NewTopic(msgspec.Struct, frozen=True):
@@ -74,7 +84,7 @@ class FetchedBatches(msgspec.Struct, frozen=True, kw_only=True):
 #: Applied to non-None keys / values only.
 Deserializer = Callable[[bytes], Any]
 
-_new_record = tuple.__new__
+_NO_HEADERS: tuple[()] = ()
 
 
 def decode_fetched(
@@ -112,28 +122,47 @@ def decode_fetched(
             fixed_ts = None
         first_ts = header.first_timestamp_ms
         skip = max(0, position - base)
-        for i in range(skip, len(rows)):
-            delta, key, value, hdrs = rows[i]
-            if key_deserializer is not None and key is not None:
-                key = key_deserializer(key)
-            if value_deserializer is not None and value is not None:
-                value = value_deserializer(value)
-            records.append(
-                _new_record(
-                    ConsumerRecord,
-                    (
-                        topic,
-                        partition,
-                        base + i,
-                        fixed_ts if fixed_ts is not None else first_ts + delta,
-                        ts_type,
-                        key,
-                        value,
-                        hdrs or [],
-                        epoch,
-                    ),
+        if skip:
+            rows = rows[skip:]
+        if key_deserializer is None and value_deserializer is None:
+            if fixed_ts is None:
+                records.extend(
+                    [
+                        ConsumerRecord(
+                            topic,
+                            partition,
+                            off,
+                            first_ts + d,
+                            ts_type,
+                            k,
+                            v,
+                            h or _NO_HEADERS,
+                            epoch,
+                        )
+                        for off, (d, k, v, h) in zip(count(base + skip), rows)
+                    ]
                 )
-            )
+            else:
+                records.extend(
+                    [
+                        ConsumerRecord(
+                            topic, partition, off, fixed_ts, ts_type, k, v, h or _NO_HEADERS, epoch
+                        )
+                        for off, (_d, k, v, h) in zip(count(base + skip), rows)
+                    ]
+                )
+        else:
+            for off, (delta, key, value, hdrs) in zip(count(base + skip), rows):
+                if key_deserializer is not None and key is not None:
+                    key = key_deserializer(key)
+                if value_deserializer is not None and value is not None:
+                    value = value_deserializer(value)
+                ts = fixed_ts if fixed_ts is not None else first_ts + delta
+                records.append(
+                    ConsumerRecord(
+                        topic, partition, off, ts, ts_type, key, value, hdrs or _NO_HEADERS, epoch
+                    )
+                )
         last_epoch = epoch
         last_record_epoch = epoch
         next_fetch_offset = next_offset

@@ -129,7 +129,7 @@ class ControllerEngine:
             for broker_id, broker in sorted(self._state.brokers.items()):
                 if not broker.fenced:
                     self._liveness.touch(broker_id, now_ms)
-            await self._commit(ControllerResult(records=tuple(records), reply=None))
+            self._commit(ControllerResult(records=tuple(records), reply=None))
             for broker_id in sorted(self._liveness.alive(now_ms)):
                 self._dispatcher.full_sync(broker_id)
         logger.info(
@@ -167,7 +167,7 @@ class ControllerEngine:
             )
             if result.reply.error is ErrorCode.NONE:
                 self._liveness.touch(broker_id, now_ms)
-            return await self._commit(result)
+            return self._commit(result)
 
     async def heartbeat(
         self, *, broker_id: int, broker_epoch: int, metadata_offset: int, want_shutdown: bool
@@ -191,7 +191,7 @@ class ControllerEngine:
                     self._liveness.forget(broker_id)
                 else:
                     revived = self._liveness.touch(broker_id, now_ms)
-            reply = await self._commit(result)
+            reply = self._commit(result)
             if revived:
                 # Its session had expired (fenced, queue dropped): bring it up to date.
                 self._dispatcher.full_sync(broker_id)
@@ -201,7 +201,7 @@ class ControllerEngine:
         self, *, broker_id: int, broker_epoch: int, items: Sequence[AlterPartitionItem]
     ) -> AlterPartitionReply:
         async with self._lock:
-            return await self._commit(
+            return self._commit(
                 alter_partition(
                     self._state,
                     self._settings,
@@ -215,7 +215,7 @@ class ControllerEngine:
         self, *, broker_id: int, broker_epoch: int
     ) -> ControlledShutdownReply:
         async with self._lock:
-            return await self._commit(
+            return self._commit(
                 controlled_shutdown(
                     self._state, self._settings, broker_id=broker_id, broker_epoch=broker_epoch
                 )
@@ -227,7 +227,7 @@ class ControllerEngine:
         self, *, topics: Sequence[NewTopic], validate_only: bool
     ) -> tuple[TopicResult, ...]:
         async with self._lock:
-            return await self._commit(
+            return self._commit(
                 create_topics(
                     self._state, self._settings, topics=topics, validate_only=validate_only
                 )
@@ -235,13 +235,13 @@ class ControllerEngine:
 
     async def delete_topics(self, *, names: Sequence[str]) -> tuple[TopicResult, ...]:
         async with self._lock:
-            return await self._commit(delete_topics(self._state, names=names))
+            return self._commit(delete_topics(self._state, names=names))
 
     async def elect_leaders(
         self, *, election_type: ElectionType, partitions: Sequence[PartitionKey] | None
     ) -> tuple[ElectionOutcome, ...]:
         async with self._lock:
-            return await self._commit(
+            return self._commit(
                 elect_leaders(
                     self._state,
                     self._settings,
@@ -259,7 +259,7 @@ class ControllerEngine:
         validate_only: bool,
     ) -> ConfigReply:
         async with self._lock:
-            return await self._commit(
+            return self._commit(
                 alter_configs(
                     self._state,
                     self._settings,
@@ -272,7 +272,7 @@ class ControllerEngine:
 
     async def init_producer_id(self, *, producer_id: int, producer_epoch: int) -> ProducerIdReply:
         async with self._lock:
-            return await self._commit(
+            return self._commit(
                 init_producer_id(
                     self._state, producer_id=producer_id, producer_epoch=producer_epoch
                 )
@@ -294,7 +294,7 @@ class ControllerEngine:
                         broker_id,
                         self._config.session_timeout_ms,
                     )
-                await self._commit(
+                self._commit(
                     fence_broker(
                         self._state,
                         self._settings,
@@ -314,7 +314,7 @@ class ControllerEngine:
             if not keys:
                 return ()
             logger.info("leader imbalance above threshold: preferred elections for %s", keys)
-            return await self._commit(
+            return self._commit(
                 elect_leaders(
                     self._state,
                     self._settings,
@@ -342,15 +342,19 @@ class ControllerEngine:
 
     # ---- commit ------------------------------------------------------------------------------
 
-    async def _commit(self, result: ControllerResult[T]) -> T:
-        """Journal (durably), apply, log, measure, propagate. Caller holds the lock."""
+    def _commit(self, result: ControllerResult[T]) -> T:
+        """Journal (durably), apply, log, measure, propagate. Caller holds the lock.
+
+        Synchronous on purpose: with no await between the journal write and the state
+        update, a cancelled request can never leave a durable record unapplied.
+        """
         assert self._lock.locked()
         records = result.records
         if not records:
             return result.reply
         old = self._state
         try:
-            last_offset = await asyncio.to_thread(self._journal.append, records)
+            last_offset = self._journal.append(records)
         except Exception as error:
             logger.critical("metadata journal write failed, stopping the controller: %s", error)
             if not self.fatal.done():
@@ -369,7 +373,7 @@ class ControllerEngine:
             live=self._liveness.alive(self._clock.monotonic_ms()),
         )
         if self._journal.records_since_snapshot >= self._config.snapshot_every_records:
-            await asyncio.to_thread(self._journal.write_snapshot, state)
+            self._journal.write_snapshot(state)
         return result.reply
 
     @staticmethod

@@ -126,6 +126,7 @@ def main() -> None:
     help="Default segment size.",
 )
 @opt("--log-level", default="INFO", show_default=True, help="DEBUG, INFO, WARNING or ERROR.")
+@click.option("--unsafe-test-hw-is-leo", is_flag=True, hidden=True)
 def broker(
     broker_id: int,
     listen: str,
@@ -139,6 +140,7 @@ def broker(
     min_insync_replicas: int,
     log_segment_bytes: int,
     log_level: str,
+    unsafe_test_hw_is_leo: bool,
 ) -> None:
     """Run a broker: Produce/Fetch for clients, replication, control from the controller."""
     from broker.app import run
@@ -161,7 +163,12 @@ def broker(
         replica_lag_time_max_ms=replica_lag_time_max_ms,
         min_insync_replicas=min_insync_replicas,
         log_segment_bytes=log_segment_bytes,
+        unsafe_test_hw_is_leo=unsafe_test_hw_is_leo,
     )
+    if unsafe_test_hw_is_leo:
+        logging.getLogger(__name__).warning(
+            "--unsafe-test-hw-is-leo: acknowledged writes CAN BE LOST (fault-suite self-test only)"
+        )
     try:
         run(config)
     except ConfigError as exc:

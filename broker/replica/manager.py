@@ -132,6 +132,7 @@ class ReplicaManager:
             settings=settings,
             clock=self._clock,
             replica_lag_time_max_ms=self._config.replica_lag_time_max_ms,
+            unsafe_hw_is_leo=self._config.unsafe_test_hw_is_leo,
         )
         self.partitions[key] = created
         return created

@@ -112,8 +112,10 @@ class Partition:
         settings: TopicSettings,
         clock: Clock,
         replica_lag_time_max_ms: int,
+        unsafe_hw_is_leo: bool = False,
     ) -> None:
         self.topic = topic
+        self._unsafe_hw_is_leo = unsafe_hw_is_leo
         self.partition = partition
         self.log = log
         self.local_broker_id = local_broker_id
@@ -335,6 +337,10 @@ class Partition:
     def _advance_high_watermark(self) -> None:
         state = self.state
         if not isinstance(state, LeaderState):
+            return
+        if self._unsafe_hw_is_leo:
+            self.log.update_high_watermark(self.log.log_end_offset)
+            self.state = msgspec.structs.replace(state, high_watermark=self.log.high_watermark)
             return
         synced = msgspec.structs.replace(state, high_watermark=self.log.high_watermark)
         advanced = advance_high_watermark(

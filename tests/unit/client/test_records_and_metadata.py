@@ -27,7 +27,7 @@ def test_decode_skips_records_below_the_position() -> None:
     ]
     assert fetched.next_fetch_offset == 15
     assert fetched.last_epoch == 2
-    assert fetched.records[0] == ConsumerRecord("t", 0, 12, 1002, 0, b"k", b"c", [], 1)
+    assert fetched.records[0] == ConsumerRecord("t", 0, 12, 1002, 0, b"k", b"c", (), 1)
 
 
 def test_decode_applies_deserializers_and_compression() -> None:
