@@ -67,7 +67,12 @@ class ControllerApp:
         self._main = asyncio.create_task(self._run(started), name="controller")
         await asyncio.wait({self._main, started}, return_when=asyncio.FIRST_COMPLETED)
         if not started.done():
-            await self._main  # raises the start-up error
+            try:
+                await self._main  # raises the start-up error
+            except BaseExceptionGroup as group:
+                if len(group.exceptions) == 1:
+                    raise group.exceptions[0] from None
+                raise
             raise RuntimeError("controller stopped during start-up")
         return self
 
@@ -145,7 +150,10 @@ class ControllerApp:
         health = health_aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health, server)
         host, port = split_host_port(config.listen)
-        bound_port = server.add_insecure_port(f"{_bracket(host)}:{port}")
+        try:
+            bound_port = server.add_insecure_port(f"{_bracket(host)}:{port}")
+        except RuntimeError as error:  # grpc reports a failed bind this way
+            raise OSError(f"cannot listen on {config.listen}: {error}") from None
         if bound_port == 0:
             raise OSError(f"cannot listen on {config.listen}")
         await server.start()

@@ -21,7 +21,7 @@ from broker.errors import (
 )
 from broker.log.manager import LogManager
 from broker.replica.isr import AlterPartitionItem
-from broker.replica.partition import Partition, Role
+from broker.replica.partition import DuplicateBatchError, Partition, Role
 from broker.replica.transitions import LeaderAndIsrPartition, check_leader_epoch
 from broker.replica.truncation import FetchOffsetOutOfRange, diverging_epoch_for_fetch
 from broker.topic_settings import TopicSettings, resolve_topic_settings
@@ -215,6 +215,21 @@ class ReplicaManager:
                     current_leader_epoch=item.current_leader_epoch,
                     now_ms=now_ms,
                 )
+            except DuplicateBatchError as exc:
+                # Already written: answer with the original offsets once committed.
+                if acks == -1:
+                    waits.append((len(results), partition, exc.original.last_offset + 1))
+                results.append(
+                    ProduceResult(
+                        topic=item.topic,
+                        partition=item.partition,
+                        error_code=ErrorCode.DUPLICATE_SEQUENCE_NUMBER,
+                        error_message=exc.message,
+                        base_offset=exc.original.first_offset,
+                        log_start_offset=partition.log.log_start_offset,
+                    )
+                )
+                continue
             except MiniKafkaError as exc:
                 code, message = _error_fields(exc)
                 results.append(

@@ -50,6 +50,14 @@ from broker.replica.isr import (
     replica_to_expand,
     replicas_to_shrink,
 )
+from broker.replica.producer_state import (
+    NO_PRODUCER_ID,
+    BatchMetadata,
+    ProducerEntry,
+    Verdict,
+    check_batch,
+    record_batch,
+)
 from broker.replica.state import (
     NO_LEADER,
     FollowerState,
@@ -80,6 +88,7 @@ from broker.replica.truncation import (
 )
 from broker.topic_settings import TopicSettings
 from minikafka.errors import ErrorCode
+from minikafka.record_batch import BatchHeader, CorruptBatchError, iter_batches
 
 logger = logging.getLogger(__name__)
 state_change_logger = logging.getLogger("minikafka.state_change")
@@ -97,6 +106,21 @@ class PartitionRead(msgspec.Struct, frozen=True, kw_only=True):
     log_end_offset: int
     leader_epoch: int
     diverging_epoch: tuple[int, int] | None = None
+
+
+class DuplicateBatchError(BrokerError):
+    """An idempotent producer resent a batch the log already holds (not appended again)."""
+
+    default_code = ErrorCode.DUPLICATE_SEQUENCE_NUMBER
+
+    def __init__(self, original: BatchMetadata) -> None:
+        super().__init__(
+            f"batch already written at offsets {original.first_offset}-{original.last_offset}"
+        )
+        self.original = original
+
+
+PRODUCER_STATE_SCAN_BYTES = 4 * 1024 * 1024
 
 
 class Partition:
@@ -128,6 +152,61 @@ class Partition:
         self.last_alter_sent_ms = 0
         self._changed: asyncio.Future[None] | None = None
         self._log_prefix = f"[Partition {topic}-{partition} broker={local_broker_id}] "
+        #: Idempotent producers' state (producer id -> entry), rebuilt from the log.
+        self.producers: dict[int, ProducerEntry] = {}
+        self.rebuild_producer_state()
+
+    # ---- idempotent producers ----------------------------------------------------
+
+    def rebuild_producer_state(self) -> None:
+        """Rebuild the producer table from the batch headers of the whole log."""
+        producers: dict[int, ProducerEntry] = {}
+        offset = self.log.log_start_offset
+        while offset < self.log.log_end_offset:
+            chunk = self.log.read(offset, max_bytes=PRODUCER_STATE_SCAN_BYTES)
+            if not chunk.records:
+                break
+            for _, header in iter_batches(chunk.records, verify_crc=False):
+                _remember(producers, header, header.base_offset)
+            offset = chunk.next_offset
+        self.producers = producers
+
+    def _check_sequences(self, records: bytes) -> list[BatchHeader]:
+        """Check idempotent batches before appending; raises on a duplicate or a gap."""
+        try:
+            headers = [header for _, header in iter_batches(records, verify_crc=False)]
+        except CorruptBatchError:
+            return []  # the log's validation reports it precisely
+        tentative = dict(self.producers)
+        next_offset = 0  # relative; only sequences matter here
+        for header in headers:
+            if header.producer_id == NO_PRODUCER_ID:
+                continue
+            check = check_batch(
+                tentative.get(header.producer_id),
+                producer_epoch=header.producer_epoch,
+                first_sequence=header.base_sequence,
+                record_count=header.record_count,
+            )
+            if check.verdict is Verdict.DUPLICATE:
+                assert check.duplicate_of is not None
+                if len(headers) == 1:
+                    raise DuplicateBatchError(check.duplicate_of)
+                raise BrokerError(
+                    "a record set mixes already written and new batches",
+                    code=ErrorCode.DUPLICATE_SEQUENCE_NUMBER,
+                )
+            if check.verdict is Verdict.REJECT:
+                raise BrokerError(check.message, code=check.error_code)
+            _remember(tentative, header, next_offset)
+            next_offset += header.record_count
+        return headers
+
+    def _record_appended(self, headers: list[BatchHeader], first_offset: int) -> None:
+        offset = first_offset
+        for header in headers:
+            _remember(self.producers, header, offset)
+            offset += header.record_count
 
     def __repr__(self) -> str:
         return f"Partition({self.topic}-{self.partition}, {self.state.role.value})"
@@ -288,12 +367,14 @@ class Partition:
                 f"ISR {sorted(state.isr)} of {self.topic}-{self.partition} has {len(state.isr)} "
                 f"member(s), below min.insync.replicas={state.min_insync_replicas}"
             )
+        headers = self._check_sequences(records)
         info = self.log.append_as_leader(
             records,
             leader_epoch=state.leader_epoch,
             now_ms=now_ms,
             log_append_time=self.settings.log_append_time,
         )
+        self._record_appended(headers, info.first_offset)
         if self.settings.fsync:
             self.log.flush()
         self._advance_high_watermark()
@@ -477,6 +558,7 @@ class Partition:
             reason,
         )
         self.log.truncate_to(offset)
+        self.rebuild_producer_state()
         self._signal()
 
     def append_as_follower(
@@ -490,6 +572,8 @@ class Partition:
         """Append the leader's bytes as they are and follow its HW and log start offset."""
         if records:
             self.log.append_as_follower(records, now_ms=now_ms)
+            for _, header in iter_batches(records, verify_crc=False):
+                _remember(self.producers, header, header.base_offset)
             if self.settings.fsync:
                 # The leader counts this offset once our next fetch asks past it.
                 self.log.flush()
@@ -522,6 +606,7 @@ class Partition:
                 self.log.log_end_offset,
             )
             self.log.truncate_fully_and_start_at(reset.start_at)
+            self.producers = {}
             self._signal()
         elif reset.truncate_to is not None:
             self._truncate(reset.truncate_to, reason="leader's log ends before ours")
@@ -591,3 +676,16 @@ class Partition:
 
 def is_follower(state: ReplicaState) -> bool:
     return isinstance(state, FollowerState)
+
+
+def _remember(producers: dict[int, ProducerEntry], header: BatchHeader, first_offset: int) -> None:
+    if header.producer_id == NO_PRODUCER_ID:
+        return
+    producers[header.producer_id] = record_batch(
+        producers.get(header.producer_id),
+        producer_id=header.producer_id,
+        producer_epoch=header.producer_epoch,
+        first_sequence=header.base_sequence,
+        record_count=header.record_count,
+        first_offset=first_offset,
+    )

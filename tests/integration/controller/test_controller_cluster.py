@@ -435,3 +435,9 @@ async def test_automatic_preferred_rebalance(tmp_path: Path) -> None:
     finally:
         for fake in fakes.values():
             await fake.stop()
+
+
+async def test_port_in_use_is_refused(controller: ControllerApp, tmp_path: Path) -> None:
+    with pytest.raises(OSError, match="cannot listen on"):
+        async with ControllerApp(config_for(tmp_path / "other", listen=controller.address)):
+            pass

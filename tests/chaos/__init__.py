@@ -1,0 +1,1 @@
+"""Fault suite: history recorder and checker, nemeses, and the reliability scenarios."""
