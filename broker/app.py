@@ -148,12 +148,35 @@ class Broker:
             if config.advertise
             else (host, self.bound_port)
         )
+        external_server: grpc.aio.Server | None = None
+        ext_host, ext_port = "", 0
+        if config.external_listen:
+            bind_host, bind_port = parse_host_port(config.external_listen, what="--external-listen")
+            external_server = grpc.aio.server(options=GRPC_OPTIONS)
+            bound = external_server.add_insecure_port(f"{bind_host}:{bind_port}")
+            if bound == 0:
+                raise OSError(f"cannot listen on {config.external_listen}")
+            ext_host, ext_port = (
+                parse_host_port(config.external_advertise, what="--external-advertise")
+                if config.external_advertise
+                else (bind_host, bound)
+            )
         endpoint = common_pb2.BrokerEndpoint(
-            broker_id=config.broker_id, host=adv_host, port=adv_port, rack=config.rack or ""
+            broker_id=config.broker_id,
+            host=adv_host,
+            port=adv_port,
+            rack=config.rack or "",
+            external_host=ext_host,
+            external_port=ext_port,
         )
         self.metadata.brokers = {
             config.broker_id: BrokerInfo(
-                broker_id=config.broker_id, host=adv_host, port=adv_port, rack=config.rack or ""
+                broker_id=config.broker_id,
+                host=adv_host,
+                port=adv_port,
+                rack=config.rack or "",
+                external_host=ext_host,
+                external_port=ext_port,
             )
         }
         health_servicer = health.aio.HealthServicer()
@@ -197,6 +220,19 @@ class Broker:
             ),
             server,
         )
+        if external_server is not None:
+            broker_pb2_grpc.add_BrokerServiceServicer_to_server(
+                BrokerServicer(
+                    replicas=replicas,
+                    metadata=self.metadata,
+                    admin=admin,
+                    metrics=self.metrics,
+                    fetch_max_bytes=config.fetch_max_bytes,
+                    external=True,
+                ),
+                external_server,
+            )
+            health_pb2_grpc.add_HealthServicer_to_server(health_servicer, external_server)
         broker_pb2_grpc.add_ReplicaServiceServicer_to_server(
             ReplicaServicer(
                 replicas=replicas,
@@ -212,6 +248,8 @@ class Broker:
                 if link is not None:
                     self._wire_cluster_mode(server, link, replicas, tasks)
                 await server.start()
+                if external_server is not None:
+                    await external_server.start()
                 await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
                 logger.info(
                     "broker %s listening on %s:%s (advertised %s:%s)%s",
@@ -237,6 +275,8 @@ class Broker:
             pass
         finally:
             await health_servicer.enter_graceful_shutdown()
+            if external_server is not None:
+                await external_server.stop(SHUTDOWN_GRACE_S)
             await server.stop(SHUTDOWN_GRACE_S)
             if link is not None:
                 await link.final_heartbeat()

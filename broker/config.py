@@ -17,6 +17,9 @@ class BrokerConfig(msgspec.Struct, frozen=True, kw_only=True):
     data_dir: str
     controller: str | None = None
     advertise: str | None = None
+    #: Optional second listener for clients outside the brokers' network (see DESIGN §9).
+    external_listen: str | None = None
+    external_advertise: str | None = None
     rack: str | None = None
     standalone: bool = False
     metrics_listen: str | None = None

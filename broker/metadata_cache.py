@@ -14,6 +14,14 @@ class BrokerInfo(msgspec.Struct, frozen=True, kw_only=True):
     host: str
     port: int
     rack: str = ""
+    external_host: str = ""
+    external_port: int = 0
+
+    def address(self, *, external: bool) -> tuple[str, int]:
+        """The address to hand out: the external one to external clients, when configured."""
+        if external and self.external_host:
+            return self.external_host, self.external_port
+        return self.host, self.port
 
 
 class PartitionInfo(msgspec.Struct, frozen=True, kw_only=True):

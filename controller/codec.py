@@ -26,7 +26,12 @@ def wire_code(code: ErrorCode) -> common_pb2.ErrorCode.ValueType:
 
 def broker_endpoint(broker: BrokerRegistration) -> common_pb2.BrokerEndpoint:
     return common_pb2.BrokerEndpoint(
-        broker_id=broker.broker_id, host=broker.host, port=broker.port, rack=broker.rack
+        broker_id=broker.broker_id,
+        host=broker.host,
+        port=broker.port,
+        rack=broker.rack,
+        external_host=broker.external_host,
+        external_port=broker.external_port,
     )
 
 

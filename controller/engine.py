@@ -151,6 +151,8 @@ class ControllerEngine:
         rack: str,
         incarnation_id: str,
         clean_shutdown: bool,
+        external_host: str = "",
+        external_port: int = 0,
     ) -> RegisterReply:
         async with self._lock:
             now_ms = self._clock.monotonic_ms()
@@ -164,6 +166,8 @@ class ControllerEngine:
                 incarnation_id=incarnation_id,
                 clean_shutdown=clean_shutdown,
                 session_alive=self._liveness.is_alive(broker_id, now_ms),
+                external_host=external_host,
+                external_port=external_port,
             )
             if result.reply.error is ErrorCode.NONE:
                 self._liveness.touch(broker_id, now_ms)

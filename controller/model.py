@@ -33,6 +33,8 @@ class BrokerRegistration(msgspec.Struct, frozen=True, kw_only=True):
     host: str
     port: int
     rack: str = ""
+    external_host: str = ""
+    external_port: int = 0
     incarnation_id: str
     broker_epoch: int
     fenced: bool = True

@@ -37,6 +37,8 @@ class ControllerServicer(controller_pb2_grpc.ControllerServiceServicer):
             rack=request.endpoint.rack,
             incarnation_id=request.incarnation_id,
             clean_shutdown=request.clean_shutdown,
+            external_host=request.endpoint.external_host,
+            external_port=request.endpoint.external_port,
         )
         return controller_pb2.RegisterBrokerResponse(
             error_code=codec.wire_code(reply.error),

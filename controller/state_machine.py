@@ -400,6 +400,8 @@ def register_broker(
     incarnation_id: str,
     clean_shutdown: bool,
     session_alive: bool,
+    external_host: str = "",
+    external_port: int = 0,
 ) -> ControllerResult[RegisterReply]:
     """Register (or re-register) a broker with a new epoch; it starts fenced.
 
@@ -429,6 +431,8 @@ def register_broker(
         host=host,
         port=port,
         rack=rack,
+        external_host=external_host,
+        external_port=external_port,
         incarnation_id=incarnation_id,
         broker_epoch=state.last_broker_epoch + 1,
         fenced=True,

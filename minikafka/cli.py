@@ -99,6 +99,16 @@ def main() -> None:
 @opt("--rack", help="Rack (availability zone) of this broker, for placement and KIP-392.")
 @opt("--advertise", metavar="HOST:PORT", help="Address clients and brokers use to reach us.")
 @opt(
+    "--external-listen",
+    metavar="HOST:PORT",
+    help="Second listener for clients outside the brokers' network (e.g. a compose host).",
+)
+@opt(
+    "--external-advertise",
+    metavar="HOST:PORT",
+    help="Address external clients use; Metadata on the external listener hands these out.",
+)
+@opt(
     "--standalone",
     is_flag=True,
     help="Single-node mode: no controller; the broker creates RF=1 topics itself.",
@@ -134,6 +144,8 @@ def broker(
     data_dir: str,
     rack: str | None,
     advertise: str | None,
+    external_listen: str | None,
+    external_advertise: str | None,
     standalone: bool,
     metrics_listen: str | None,
     replica_lag_time_max_ms: int,
@@ -158,6 +170,8 @@ def broker(
         data_dir=data_dir,
         rack=rack,
         advertise=advertise,
+        external_listen=external_listen,
+        external_advertise=external_advertise,
         standalone=standalone,
         metrics_listen=metrics_listen,
         replica_lag_time_max_ms=replica_lag_time_max_ms,

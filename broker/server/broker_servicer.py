@@ -128,9 +128,11 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         admin: AdminBackend,
         metrics: BrokerMetrics,
         fetch_max_bytes: int,
+        external: bool = False,
     ) -> None:
         self._replicas = replicas
         self._metadata = metadata
+        self._external = external
         self._admin = admin
         self._metrics = metrics
         self._fetch_max_bytes = fetch_max_bytes
@@ -237,9 +239,8 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
             cluster_id=cache.cluster_id, controller_id=cache.controller_id
         )
         for broker in sorted(cache.brokers.values(), key=lambda b: b.broker_id):
-            response.brokers.add(
-                broker_id=broker.broker_id, host=broker.host, port=broker.port, rack=broker.rack
-            )
+            host, port = broker.address(external=self._external)
+            response.brokers.add(broker_id=broker.broker_id, host=host, port=port, rack=broker.rack)
         for name in list(request.topics) or cache.topics():
             infos = cache.partitions_of(name)
             topic = response.topics.add(name=name)
@@ -291,7 +292,13 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
             controller_pb2.DescribeClusterRequest, controller_pb2.DescribeClusterResponse
         ],
     ) -> controller_pb2.DescribeClusterResponse:
-        return await self._admin.describe_cluster(request)
+        response = await self._admin.describe_cluster(request)
+        if self._external:
+            for status in response.brokers:
+                endpoint = status.endpoint
+                if endpoint.external_host:
+                    endpoint.host, endpoint.port = endpoint.external_host, endpoint.external_port
+        return response
 
     async def ElectLeaders(
         self,

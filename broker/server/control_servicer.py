@@ -51,7 +51,12 @@ def _partition_info(state: broker_pb2.PartitionState) -> PartitionInfo:
 
 def _broker_info(endpoint: common_pb2.BrokerEndpoint) -> BrokerInfo:
     return BrokerInfo(
-        broker_id=endpoint.broker_id, host=endpoint.host, port=endpoint.port, rack=endpoint.rack
+        broker_id=endpoint.broker_id,
+        host=endpoint.host,
+        port=endpoint.port,
+        rack=endpoint.rack,
+        external_host=endpoint.external_host,
+        external_port=endpoint.external_port,
     )
 
 

@@ -138,11 +138,19 @@ class BrokerEndpoint(_message.Message):
     HOST_FIELD_NUMBER: _builtins.int
     PORT_FIELD_NUMBER: _builtins.int
     RACK_FIELD_NUMBER: _builtins.int
+    EXTERNAL_HOST_FIELD_NUMBER: _builtins.int
+    EXTERNAL_PORT_FIELD_NUMBER: _builtins.int
     broker_id: _builtins.int
     host: _builtins.str
     port: _builtins.int
     rack: _builtins.str
     """empty when the broker has no rack"""
+    external_host: _builtins.str
+    """Optional second listener for clients outside the broker's network (e.g. the host of a
+    docker-compose cluster). A client that connects to a broker's external listener gets
+    every broker's external address in Metadata. Empty / 0 when not configured.
+    """
+    external_port: _builtins.int
     def __init__(
         self,
         *,
@@ -150,10 +158,12 @@ class BrokerEndpoint(_message.Message):
         host: _builtins.str = ...,
         port: _builtins.int = ...,
         rack: _builtins.str = ...,
+        external_host: _builtins.str = ...,
+        external_port: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_id", b"broker_id", "host", b"host", "port", b"port", "rack", b"rack"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_id", b"broker_id", "external_host", b"external_host", "external_port", b"external_port", "host", b"host", "port", b"port", "rack", b"rack"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
