@@ -27,9 +27,10 @@ from broker.replica.fetcher import FetcherManager, FetcherSettings
 from broker.replica.isr_reporter import IsrReporter
 from broker.replica.manager import ReplicaManager
 from broker.replica.partition import Role
+from broker.replica.state import LeaderState
 from broker.server.broker_servicer import AdminBackend, BrokerServicer, ReplicaServicer
 from broker.server.control_servicer import ControlServicer
-from broker.server.metrics import BrokerMetrics, PartitionGaugeSource
+from broker.server.metrics import BrokerMetrics, PartitionGaugeSource, PartitionRow
 from broker.standalone import StandaloneController
 from minikafka.config import parse_host_port
 from minikafka.v1 import broker_pb2_grpc, common_pb2, controller_pb2
@@ -110,6 +111,11 @@ class Broker:
         self.logs: LogManager | None = None
         self.link: ControllerLink | None = None
         self.fetchers: FetcherManager | None = None
+
+    def _replica_epoch_is_current(self, broker_id: int, broker_epoch: int) -> bool:
+        """Refuse replica fetches from an older incarnation of a broker (zombie fencing)."""
+        known = self.metadata.brokers.get(broker_id)
+        return known is None or known.broker_epoch <= 0 or broker_epoch >= known.broker_epoch
 
     def stop(self) -> None:
         """Ask `serve()` to shut down gracefully (safe from a signal handler)."""
@@ -237,8 +243,7 @@ class Broker:
             ReplicaServicer(
                 replicas=replicas,
                 metrics=self.metrics,
-                # TODO(#3): check follower broker epochs once UpdateMetadata carries them.
-                broker_epoch_of=lambda broker_id, epoch: True,
+                broker_epoch_of=self._replica_epoch_is_current,
                 fetch_max_bytes=config.fetch_max_bytes,
             ),
             server,
@@ -357,21 +362,33 @@ class _Stop(Exception):
     """Raised inside the task group to cancel the background tasks on shutdown."""
 
 
-def _gauge_rows(replicas: ReplicaManager) -> list[tuple[str, int, str, int, int, int, int, int]]:
-    return [
-        (
-            p.topic,
-            p.partition,
-            p.role.value,
-            p.log.high_watermark,
-            p.log.log_end_offset,
-            len(p.isr),
-            len(p.replicas),
-            p.settings.min_insync_replicas,
+def _gauge_rows(replicas: ReplicaManager) -> list[PartitionRow]:
+    rows: list[PartitionRow] = []
+    for p in replicas.partitions.values():
+        if p.role is Role.OFFLINE:
+            continue
+        state = p.state
+        lag: dict[int, int] = {}
+        if isinstance(state, LeaderState):
+            leo = p.log.log_end_offset
+            lag = {
+                f.broker_id: (leo - f.log_end_offset if f.log_end_offset >= 0 else -1)
+                for f in state.followers
+            }
+        rows.append(
+            PartitionRow(
+                topic=p.topic,
+                partition=p.partition,
+                role=p.role.value,
+                high_watermark=p.log.high_watermark,
+                log_end_offset=p.log.log_end_offset,
+                isr_size=len(p.isr),
+                replica_count=len(p.replicas),
+                min_insync_replicas=p.settings.min_insync_replicas,
+                follower_lag=lag,
+            )
         )
-        for p in replicas.partitions.values()
-        if p.role is not Role.OFFLINE
-    ]
+    return rows
 
 
 def run(config: BrokerConfig) -> None:

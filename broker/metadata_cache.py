@@ -16,6 +16,7 @@ class BrokerInfo(msgspec.Struct, frozen=True, kw_only=True):
     rack: str = ""
     external_host: str = ""
     external_port: int = 0
+    broker_epoch: int = 0
 
     def address(self, *, external: bool) -> tuple[str, int]:
         """The address to hand out: the external one to external clients, when configured."""

@@ -32,6 +32,7 @@ def broker_endpoint(broker: BrokerRegistration) -> common_pb2.BrokerEndpoint:
         rack=broker.rack,
         external_host=broker.external_host,
         external_port=broker.external_port,
+        broker_epoch=broker.broker_epoch,
     )
 
 

@@ -57,6 +57,7 @@ def _broker_info(endpoint: common_pb2.BrokerEndpoint) -> BrokerInfo:
         rack=endpoint.rack,
         external_host=endpoint.external_host,
         external_port=endpoint.external_port,
+        broker_epoch=endpoint.broker_epoch,
     )
 
 

@@ -4,16 +4,31 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
+import msgspec
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 
-class PartitionGaugeSource:
-    """What the gauge collector needs to read from the replica manager."""
+class PartitionRow(msgspec.Struct, frozen=True, kw_only=True):
+    """One hosted partition as the gauges see it."""
 
-    def __init__(self, snapshot: Callable[[], list[tuple[str, int, str, int, int, int, int, int]]]):
-        #: rows of (topic, partition, role, hw, leo, isr_size, replicas, min_isr)
+    topic: str
+    partition: int
+    role: str
+    high_watermark: int
+    log_end_offset: int
+    isr_size: int
+    replica_count: int
+    min_insync_replicas: int
+    #: follower id -> offsets behind the leader's LEO (leaders only; -1 when unknown)
+    follower_lag: dict[int, int] = msgspec.field(default_factory=dict)
+
+
+class PartitionGaugeSource:
+    """What the gauge collector reads from the replica manager at scrape time."""
+
+    def __init__(self, snapshot: Callable[[], list[PartitionRow]]) -> None:
         self.snapshot = snapshot
 
 
@@ -22,35 +37,35 @@ class _PartitionCollector(Collector):
         self._source = source
 
     def collect(self) -> Iterator[Metric]:
+        labels = ["topic", "partition"]
         hw = GaugeMetricFamily(
-            "minikafka_partition_high_watermark", "High watermark", labels=["topic", "partition"]
+            "minikafka_partition_high_watermark", "High watermark", labels=labels
         )
         leo = GaugeMetricFamily(
-            "minikafka_partition_log_end_offset", "Log end offset", labels=["topic", "partition"]
+            "minikafka_partition_log_end_offset", "Log end offset", labels=labels
+        )
+        lag = GaugeMetricFamily(
+            "minikafka_follower_lag_offsets",
+            "Offsets a follower is behind the leader's log end (-1: not fetched yet)",
+            labels=[*labels, "follower"],
         )
         under_replicated = 0
         under_min_isr = 0
         leaders = 0
-        for (
-            topic,
-            partition,
-            role,
-            high,
-            end,
-            isr_size,
-            replicas,
-            min_isr,
-        ) in self._source.snapshot():
-            hw.add_metric([topic, str(partition)], high)
-            leo.add_metric([topic, str(partition)], end)
-            if role == "leader":
-                leaders += 1
-                if isr_size < replicas:
-                    under_replicated += 1
-                if isr_size < min_isr:
-                    under_min_isr += 1
+        for row in self._source.snapshot():
+            key = [row.topic, str(row.partition)]
+            hw.add_metric(key, row.high_watermark)
+            leo.add_metric(key, row.log_end_offset)
+            if row.role != "leader":
+                continue
+            leaders += 1
+            under_replicated += row.isr_size < row.replica_count
+            under_min_isr += row.isr_size < row.min_insync_replicas
+            for follower, behind in row.follower_lag.items():
+                lag.add_metric([*key, str(follower)], behind)
         yield hw
         yield leo
+        yield lag
         yield GaugeMetricFamily(
             "minikafka_under_replicated_partitions",
             "Led partitions whose ISR is smaller than the replica set",

@@ -140,6 +140,7 @@ class BrokerEndpoint(_message.Message):
     RACK_FIELD_NUMBER: _builtins.int
     EXTERNAL_HOST_FIELD_NUMBER: _builtins.int
     EXTERNAL_PORT_FIELD_NUMBER: _builtins.int
+    BROKER_EPOCH_FIELD_NUMBER: _builtins.int
     broker_id: _builtins.int
     host: _builtins.str
     port: _builtins.int
@@ -151,6 +152,10 @@ class BrokerEndpoint(_message.Message):
     every broker's external address in Metadata. Empty / 0 when not configured.
     """
     external_port: _builtins.int
+    broker_epoch: _builtins.int
+    """The broker's current registration epoch (in UpdateMetadata; 0 elsewhere). Leaders
+    refuse replica fetches that carry an older epoch (a zombie incarnation).
+    """
     def __init__(
         self,
         *,
@@ -160,10 +165,11 @@ class BrokerEndpoint(_message.Message):
         rack: _builtins.str = ...,
         external_host: _builtins.str = ...,
         external_port: _builtins.int = ...,
+        broker_epoch: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_id", b"broker_id", "external_host", b"external_host", "external_port", b"external_port", "host", b"host", "port", b"port", "rack", b"rack"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_epoch", b"broker_epoch", "broker_id", b"broker_id", "external_host", b"external_host", "external_port", b"external_port", "host", b"host", "port", b"port", "rack", b"rack"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

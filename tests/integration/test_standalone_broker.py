@@ -236,3 +236,31 @@ def test_second_broker_on_same_data_dir_is_refused(
     assert other.proc is not None
     assert other.proc.wait(timeout=30) != 0
     assert "lock" in other.log_text().lower()
+
+
+def test_metrics_endpoint(tmp_path: Path) -> None:
+    import urllib.request
+
+    from tests.support.processes import free_port
+
+    metrics_port = free_port()
+    process = standalone_broker_process(
+        tmp_path / "broker-1", extra=["--metrics-listen", f"127.0.0.1:{metrics_port}"]
+    ).start()
+    try:
+        with grpc.insecure_channel(process.address) as channel:
+            stub = broker_pb2_grpc.BrokerServiceStub(channel)
+            create_topic(stub, "m")
+            produce(stub, "m", build_batch([(1, None, b"v", None)] * 3))
+            fetch(stub, "m", 0)
+        with urllib.request.urlopen(
+            f"http://127.0.0.1:{metrics_port}/metrics", timeout=10
+        ) as reply:
+            text = reply.read().decode()
+        assert 'minikafka_partition_high_watermark{partition="0",topic="m"} 3.0' in text
+        assert "minikafka_under_replicated_partitions 0.0" in text
+        assert 'minikafka_produce_partition_requests_total{error="NONE"} 1.0' in text
+        assert 'minikafka_fetch_requests_total{kind="consumer"} 1.0' in text
+        assert "minikafka_produce_latency_seconds_count 1.0" in text
+    finally:
+        process.terminate()
