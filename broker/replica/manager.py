@@ -293,12 +293,14 @@ class ReplicaManager:
             errors = any(result.error_code is not ErrorCode.NONE for result in results)
             if total_bytes >= max(1, min_bytes) or errors or remaining <= 0 or not watched:
                 return results
-            waiters = [partition.changed() for partition in watched]
-            done, _ = await asyncio.wait(
-                [asyncio.ensure_future(asyncio.shield(w)) for w in waiters],
-                timeout=remaining,
-                return_when=asyncio.FIRST_COMPLETED,
+            # One shared future per partition (never cancelled: other waiters use it);
+            # our shields are dropped as soon as one fires or the wait times out.
+            shields = [asyncio.shield(partition.changed()) for partition in watched]
+            done, pending = await asyncio.wait(
+                shields, timeout=remaining, return_when=asyncio.FIRST_COMPLETED
             )
+            for shield in pending:
+                shield.cancel()
             if not done:
                 return results
 

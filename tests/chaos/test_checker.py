@@ -57,7 +57,8 @@ def test_a_correct_history_is_valid() -> None:
     result = check(healthy().ops)
     assert result.valid, result.to_text()
     assert result.error_types == []
-    assert result.stats["sends-ok"] == 3 and result.stats["values-read"] == 3
+    assert result.stats["sends-ok"] == 3
+    assert result.stats["values-read"] == 3
 
 
 def _lost() -> Builder:
@@ -170,13 +171,16 @@ def test_each_anomaly_is_reported(build: Any, kind: str) -> None:
     result = check(build().ops)
     assert not result.valid
     assert kind in result.bad_error_types, result.to_text()
-    assert result.counts[kind] >= 1 and result.anomalies[kind]
+    assert result.counts[kind] >= 1
+    assert result.anomalies[kind]
 
 
 def test_lost_write_names_the_value_and_writer() -> None:
     result = check(_lost().ops)
     (lost,) = result.anomalies["lost-write"]
-    assert lost["value"] == 101 and lost["offset"] == 1 and lost["max_read_offset"] == 2
+    assert lost["value"] == 101
+    assert lost["offset"] == 1
+    assert lost["max_read_offset"] == 2
     assert set(result.bad_error_types) >= {"lost-write", "unseen"}
 
 
@@ -211,7 +215,8 @@ def test_loss_of_an_acks1_write_is_expected_loss_unless_strict() -> None:
     b.send(1, 101, 1, acks="1")
     b.poll(9, [(0, 100)])
     result = check(b.ops)
-    assert result.valid and result.expected_types == ["expected-loss"]
+    assert result.valid
+    assert result.expected_types == ["expected-loss"]
     assert result.anomalies["expected-loss"][0]["value"] == 101
     assert not check(b.ops, strict=True).valid
 
@@ -236,7 +241,8 @@ def test_report_round_trips_through_files(tmp_path: Path) -> None:
     result = check(load_history(tmp_path / "history.jsonl"))
     json_path, text_path = result.write(tmp_path)
     data = json.loads(json_path.read_text())
-    assert data["valid"] is False and "lost-write" in data["bad_error_types"]
+    assert data["valid"] is False
+    assert "lost-write" in data["bad_error_types"]
     assert "INVALID" in text_path.read_text()
 
 
