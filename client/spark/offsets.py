@@ -1,0 +1,320 @@
+"""Pure offset planning for the Spark source: canonical offset JSON, starting/ending
+offset specs, `maxOffsetsPerTrigger` proration, never-backwards latest offsets and the
+split of offset ranges into Spark input partitions.
+
+Nothing here does I/O or imports pyspark. Offsets travel through Spark as JSON dicts
+shaped like Spark's Kafka source, `{"topic": {"0": 42, "1": 7}}`; Spark compares them
+as strings, so every dict handed to Spark goes through `canonical` (topics sorted,
+string partition ids sorted numerically). Inside this module offsets are flat maps
+from `(topic, partition)` to an offset.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any, Final, TypeAlias
+
+import msgspec
+
+from client.spark.errors import SourceOptionError
+
+#: A topic partition as the planner sees it.
+TP: TypeAlias = tuple[str, int]
+#: Offsets per topic partition.
+Offsets: TypeAlias = dict[TP, int]
+#: The nested JSON shape Spark stores in its checkpoint.
+NestedOffsets: TypeAlias = dict[str, dict[str, int]]
+
+#: Offset placeholders in `startingOffsets` / `endingOffsets` JSON (Kafka's numbering).
+EARLIEST: Final = -2
+LATEST: Final = -1
+
+
+class OffsetRange(msgspec.Struct, frozen=True, kw_only=True):
+    """Offsets `[start, end)` of one partition, read by one Spark task."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+    @property
+    def size(self) -> int:
+        return self.end - self.start
+
+
+class OffsetSpec(msgspec.Struct, frozen=True, kw_only=True):
+    """A parsed `startingOffsets` / `endingOffsets` value.
+
+    `kind` is `"earliest"`, `"latest"` or `"specific"`; for `"specific"`, `offsets` holds
+    one entry per partition, possibly `EARLIEST` (-2) or `LATEST` (-1).
+    """
+
+    kind: str
+    offsets: Offsets = msgspec.field(default_factory=dict)
+
+
+# ---- canonical JSON ------------------------------------------------------------------
+
+
+def nest(offsets: Mapping[TP, int]) -> NestedOffsets:
+    """Flat offsets -> the canonical nested dict (topics sorted, partitions sorted
+    numerically, string partition ids, int offsets)."""
+    out: NestedOffsets = {}
+    for topic, partition in sorted(offsets):
+        out.setdefault(topic, {})[str(partition)] = int(offsets[(topic, partition)])
+    return out
+
+
+def flatten(nested: Mapping[str, Mapping[str, Any]]) -> Offsets:
+    """A nested offset dict (as Spark hands it back) -> flat offsets.
+
+    Raises `ValueError` naming the entry when a partition id or offset is not an integer.
+    """
+    out: Offsets = {}
+    for topic, parts in nested.items():
+        if not isinstance(parts, Mapping):
+            raise ValueError(f"offsets for topic {topic!r} must be an object, got {parts!r}")
+        for partition, offset in parts.items():
+            out[(str(topic), _as_int(partition, f"partition id of topic {topic!r}"))] = _as_int(
+                offset, f"offset of {topic}-{partition}"
+            )
+    return out
+
+
+def canonical(nested: Mapping[str, Mapping[str, Any]]) -> NestedOffsets:
+    """The canonical form of a nested offset dict (see the module docstring)."""
+    return nest(flatten(nested))
+
+
+def to_json(offsets: Mapping[TP, int]) -> str:
+    """Canonical JSON text of flat offsets, byte-identical to what Spark writes."""
+    return json.dumps(nest(offsets))
+
+
+def _as_int(value: Any, what: str) -> int:
+    if isinstance(value, bool):
+        raise ValueError(f"{what} must be an integer, got {value!r}")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        text = value.strip()
+        if text.lstrip("-").isdigit():
+            return int(text)
+    raise ValueError(f"{what} must be an integer, got {value!r}")
+
+
+# ---- starting / ending offsets -------------------------------------------------------
+
+
+def parse_offset_spec(text: str, *, option: str, ending: bool, streaming: bool) -> OffsetSpec:
+    """Parse a `startingOffsets` (`ending=False`) or `endingOffsets` value.
+
+    Mirrors Spark's Kafka source: `earliest`, `latest` or JSON
+    `{"topic": {"0": 23, "1": -2}}` with -2 earliest and -1 latest. Batch queries may not
+    start at `latest`, and ending offsets may not be `earliest` / -2.
+    """
+    value = text.strip()
+    lowered = value.lower()
+    if lowered in ("earliest", "latest"):
+        if ending and lowered == "earliest":
+            raise SourceOptionError(f"{option}=earliest is not allowed: a query cannot end there")
+        if not ending and not streaming and lowered == "latest":
+            raise SourceOptionError(
+                f"{option}=latest is not allowed for batch queries (it would read nothing); "
+                "use earliest or JSON offsets"
+            )
+        return OffsetSpec(kind=lowered)
+    try:
+        raw = json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise SourceOptionError(
+            f"{option} must be 'earliest', 'latest' or JSON like "
+            f'{{"topic": {{"0": 23, "1": -2}}}}; cannot parse {text!r}: {exc}'
+        ) from exc
+    if not isinstance(raw, dict) or not raw:
+        raise SourceOptionError(
+            f'{option} JSON must be a non-empty object like {{"topic": {{"0": 23}}}}, got {text!r}'
+        )
+    try:
+        offsets = flatten(raw)
+    except ValueError as exc:
+        raise SourceOptionError(f"{option}: {exc}") from exc
+    for (topic, partition), offset in sorted(offsets.items()):
+        if partition < 0:
+            raise SourceOptionError(f"{option}: partition {partition} of {topic!r} is negative")
+        if offset < EARLIEST:
+            raise SourceOptionError(
+                f"{option}: offset {offset} for {topic}-{partition} is invalid "
+                "(use >= 0, -1 for latest or -2 for earliest)"
+            )
+        if ending and offset == EARLIEST:
+            raise SourceOptionError(
+                f"{option}: -2 (earliest) is not allowed as an ending offset ({topic}-{partition})"
+            )
+        if not ending and not streaming and offset == LATEST:
+            raise SourceOptionError(
+                f"{option}: -1 (latest) is not allowed as a starting offset of a batch query "
+                f"({topic}-{partition})"
+            )
+    return OffsetSpec(kind="specific", offsets=offsets)
+
+
+def resolve_spec(
+    spec: OffsetSpec,
+    partitions: Iterable[TP],
+    *,
+    earliest: Mapping[TP, int],
+    latest: Mapping[TP, int],
+    option: str,
+) -> Offsets:
+    """Concrete offsets for `partitions` from a spec and the cluster's earliest (log
+    start) and latest (high watermark) offsets.
+
+    A JSON spec must name exactly the partitions being read (as Spark's Kafka source
+    requires); anything else is a `SourceOptionError` listing the difference.
+    """
+    wanted = sorted(set(partitions))
+    if spec.kind == "earliest":
+        return {tp: earliest[tp] for tp in wanted}
+    if spec.kind == "latest":
+        return {tp: latest[tp] for tp in wanted}
+    given = set(spec.offsets)
+    missing = sorted(set(wanted) - given)
+    extra = sorted(given - set(wanted))
+    if missing or extra:
+        parts = []
+        if missing:
+            parts.append("missing " + ", ".join(f"{t}-{p}" for t, p in missing))
+        if extra:
+            parts.append("not read by this query " + ", ".join(f"{t}-{p}" for t, p in extra))
+        raise SourceOptionError(
+            f"{option} JSON must give an offset for every partition the query reads: "
+            + "; ".join(parts)
+        )
+    out: Offsets = {}
+    for tp in wanted:
+        offset = spec.offsets[tp]
+        if offset == EARLIEST:
+            out[tp] = earliest[tp]
+        elif offset == LATEST:
+            out[tp] = latest[tp]
+        else:
+            out[tp] = offset
+    return out
+
+
+# ---- latest offsets ------------------------------------------------------------------
+
+
+def never_backwards(floor: Mapping[TP, int], fetched: Mapping[TP, int]) -> tuple[Offsets, list[TP]]:
+    """Merge freshly fetched high watermarks with the offsets already reported.
+
+    Returns `(latest, behind)`: `latest` has every partition of both maps, each at least
+    its `floor` value, and `behind` lists the partitions whose fetched HW is below the
+    floor (a new leader that has not learned the HW yet) or missing from `fetched`.
+    Callers retry while `behind` is not empty; the result never goes backwards either way.
+    """
+    latest: Offsets = dict(fetched)
+    behind: list[TP] = []
+    for tp, offset in floor.items():
+        current = fetched.get(tp)
+        if current is None or current < offset:
+            behind.append(tp)
+            latest[tp] = offset
+    return latest, sorted(behind)
+
+
+def cap(latest: Mapping[TP, int], target: Mapping[TP, int] | None) -> Offsets:
+    """`latest` limited to an AvailableNow `target` (partitions outside it are dropped)."""
+    if target is None:
+        return dict(latest)
+    return {tp: min(offset, target[tp]) for tp, offset in latest.items() if tp in target}
+
+
+def total_lag(start: Mapping[TP, int], latest: Mapping[TP, int]) -> int:
+    """Records between `start` and `latest` (partitions missing from `start` count from 0)."""
+    return sum(max(0, offset - start.get(tp, 0)) for tp, offset in latest.items())
+
+
+def rate_limit(start: Mapping[TP, int], latest: Mapping[TP, int], max_rows: int) -> Offsets:
+    """Spark's Kafka source proration of `maxOffsetsPerTrigger`.
+
+    Each partition with lag gets `max_rows * lag / total_lag` offsets, rounded down, but
+    rounded up when that is below one so small partitions are not starved (so a batch
+    may exceed `max_rows` by less than the number of partitions, as in Spark).
+    """
+    if max_rows < 1:
+        raise ValueError(f"max_rows must be >= 1, got {max_rows}")
+    lags = {tp: offset - start.get(tp, 0) for tp, offset in latest.items()}
+    total = sum(lag for lag in lags.values() if lag > 0)
+    if total < 1:
+        return dict(latest)
+    out: Offsets = {}
+    for tp, until in latest.items():
+        begin = start.get(tp, 0)
+        lag = lags[tp]
+        if lag <= 0:
+            out[tp] = until
+            continue
+        prorate = max_rows * (lag / total)
+        step = math.ceil(prorate) if prorate < 1 else math.floor(prorate)
+        out[tp] = min(until, begin + step)
+    return out
+
+
+# ---- planning ------------------------------------------------------------------------
+
+
+def plan_ranges(
+    start: Mapping[TP, int], end: Mapping[TP, int], *, earliest: Mapping[TP, int]
+) -> tuple[list[OffsetRange], list[OffsetRange]]:
+    """Offset ranges to read between two offset maps, and the ranges that went backwards.
+
+    Partitions only in `end` (discovered since `start`) start at `earliest`, as in
+    Spark's Kafka source. Returns `(ranges, backwards)`: non-empty ranges sorted by topic
+    and partition, and ranges with `end < start` (data loss: the caller fails or skips).
+    """
+    ranges: list[OffsetRange] = []
+    backwards: list[OffsetRange] = []
+    for topic, partition in sorted(end):
+        tp = (topic, partition)
+        begin = start[tp] if tp in start else earliest.get(tp, 0)
+        until = end[tp]
+        item = OffsetRange(topic=topic, partition=partition, start=begin, end=until)
+        if until > begin:
+            ranges.append(item)
+        elif until < begin:
+            backwards.append(item)
+    return ranges, backwards
+
+
+def split_ranges(ranges: list[OffsetRange], min_partitions: int | None) -> list[OffsetRange]:
+    """Split ranges so there are about `min_partitions` Spark tasks (a hint, as in Spark).
+
+    With no hint, or at least as many ranges as asked, ranges are returned unchanged.
+    Otherwise each range gets a share of the tasks proportional to its size (at least
+    one, at most one per offset) and is cut into that many contiguous, nearly equal
+    pieces. The pieces cover exactly the same offsets.
+    """
+    if min_partitions is None or len(ranges) >= min_partitions:
+        return list(ranges)
+    total = sum(r.size for r in ranges)
+    if total <= 0:
+        return list(ranges)
+    out: list[OffsetRange] = []
+    for item in ranges:
+        parts = max(1, min(item.size, round(item.size * min_partitions / total)))
+        base, extra = divmod(item.size, parts)
+        begin = item.start
+        for index in range(parts):
+            length = base + (1 if index < extra else 0)
+            out.append(
+                OffsetRange(
+                    topic=item.topic, partition=item.partition, start=begin, end=begin + length
+                )
+            )
+            begin += length
+    return out

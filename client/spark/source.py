@@ -1,0 +1,340 @@
+"""The `minikafka` PySpark data source: streaming and batch reads of committed records.
+
+    spark.dataSource.register(MiniKafkaDataSource)
+    df = (spark.readStream.format("minikafka")
+          .option("kafka.bootstrap.servers", "127.0.0.1:9092")
+          .option("subscribe", "orders").load())
+
+Options and rows mirror Spark's Kafka source. Offsets are each partition's high
+watermark, never the log end, so only committed records are read. Spark calls the
+planning methods in a long-lived driver-side Python worker and `read()` in executor
+workers on another reader instance, so everything `read()` needs travels in the
+picklable `TopicPartitionRange`, and gRPC channels are opened lazily where used.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    ReadMinRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from client.spark.errors import DataLossError, SourceOptionError
+from client.spark.offsets import (
+    TP,
+    NestedOffsets,
+    Offsets,
+    cap,
+    flatten,
+    nest,
+    never_backwards,
+    plan_ranges,
+    rate_limit,
+    resolve_spec,
+    split_ranges,
+    total_lag,
+)
+from client.spark.options import SourceOptions, parse_options
+from client.spark.schema import spark_schema, to_record_batch
+from client.spark.wire import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, ClusterSnapshot, WireReader
+
+logger = logging.getLogger(__name__)
+
+#: How long `latestOffset` waits for a new leader's HW to reach what was already reported.
+CATCH_UP_TIMEOUT_S: Final = 10.0
+
+
+@dataclass(frozen=True)
+class TopicPartitionRange(InputPartition):
+    """One Spark task: offsets `[start, end)` of one partition, and how to read them."""
+
+    bootstrap_servers: tuple[str, ...]
+    topic: str
+    partition: int
+    start: int
+    end: int
+    include_headers: bool
+    fail_on_data_loss: bool
+    timeout_ms: int
+
+
+def read_range(part: TopicPartitionRange) -> Iterator[pa.RecordBatch]:
+    """Arrow record batches of exactly the records `[part.start, part.end)` (executor side)."""
+    with WireReader(part.bootstrap_servers, timeout_ms=part.timeout_ms) as wire:
+        for columns in wire.fetch_range(
+            part.topic,
+            part.partition,
+            part.start,
+            part.end,
+            fail_on_data_loss=part.fail_on_data_loss,
+        ):
+            yield to_record_batch(
+                columns,
+                topic=part.topic,
+                partition=part.partition,
+                include_headers=part.include_headers,
+            )
+
+
+def _check_schema(schema: StructType, options: SourceOptions) -> None:
+    expected = spark_schema(options.include_headers)
+    if schema != expected:
+        raise SourceOptionError(
+            "the minikafka source has a fixed schema (Spark's Kafka source schema); do not "
+            f"call .schema(...). Expected {expected.simpleString()}, got {schema.simpleString()}"
+        )
+
+
+class _Planner:
+    """Driver-side offset queries shared by the stream and batch readers."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        self._wire: WireReader | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_wire"] = None  # never pickle a live channel
+        return state
+
+    @property
+    def wire(self) -> WireReader:
+        if self._wire is None:
+            self._wire = WireReader(
+                self.options.bootstrap_servers, timeout_ms=self.options.poll_timeout_ms
+            )
+        return self._wire
+
+    def close(self) -> None:
+        if self._wire is not None:
+            self._wire.close()
+            self._wire = None
+
+    def partitions(self, snapshot: ClusterSnapshot) -> list[TP]:
+        """The partitions this query reads, as the cluster has them now."""
+        options = self.options
+        if options.assigned:
+            return list(options.assigned)
+        return sorted(tp for tp in snapshot.partitions if options.matches(tp[0]))
+
+    def earliest(self, tps: Sequence[TP]) -> Offsets:
+        return self.wire.list_offsets(tps, EARLIEST_TIMESTAMP) if tps else {}
+
+    def latest(self, tps: Sequence[TP]) -> Offsets:
+        return self.wire.list_offsets(tps, LATEST_TIMESTAMP) if tps else {}
+
+    def resolve_start(self) -> Offsets:
+        tps = self.partitions(self.wire.refresh())
+        spec = self.options.starting
+        return resolve_spec(
+            spec,
+            tps,
+            earliest=self.earliest(tps) if spec.kind != "latest" else {},
+            latest=self.latest(tps) if spec.kind != "earliest" else {},
+            option="startingOffsets",
+        )
+
+    def input_partitions(self, start: Offsets, end: Offsets) -> list[TopicPartitionRange]:
+        new = sorted(tp for tp in end if tp not in start)
+        ranges, backwards = plan_ranges(start, end, earliest=self.earliest(new))
+        for item in backwards:
+            self.data_loss(
+                f"{item.topic}-{item.partition} offsets went back from {item.start} to {item.end}"
+            )
+        options = self.options
+        return [
+            TopicPartitionRange(
+                bootstrap_servers=options.bootstrap_servers,
+                topic=r.topic,
+                partition=r.partition,
+                start=r.start,
+                end=r.end,
+                include_headers=options.include_headers,
+                fail_on_data_loss=options.fail_on_data_loss,
+                timeout_ms=options.poll_timeout_ms,
+            )
+            for r in split_ranges(ranges, options.min_partitions)
+        ]
+
+    def data_loss(self, message: str) -> None:
+        text = f"{message}. Some data may have been lost; set failOnDataLoss=false to go on."
+        if self.options.fail_on_data_loss:
+            raise DataLossError(text)
+        logger.warning("%s", text)
+
+
+class MiniKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batches of committed records; offsets are per-partition high watermarks."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        self._planner = _Planner(options)
+        self._reported: Offsets = {}  # the furthest offsets handed to Spark so far
+        self._last_hw: Offsets = {}
+        self._target: Offsets | None = None  # Trigger.AvailableNow: never read past this
+
+    # -- driver side ---------------------------------------------------------------------
+
+    def initialOffset(self) -> NestedOffsets:
+        return nest(self._planner.resolve_start())
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        limit = self.options.max_offsets_per_trigger
+        return ReadMaxRows(limit) if limit else ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = self._high_watermarks({})
+        logger.info("AvailableNow target offsets: %s", nest(self._target))
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> NestedOffsets:
+        begin = flatten(start)
+        latest = cap(self._high_watermarks(begin), self._target)
+        for tp, offset in begin.items():
+            latest[tp] = max(latest.get(tp, offset), offset)  # never behind the start
+        if isinstance(limit, ReadMaxRows):
+            new = sorted(tp for tp in latest if tp not in begin)
+            effective = {**self._planner.earliest(new), **begin}
+            latest = rate_limit(effective, latest, limit.max_rows)
+        elif isinstance(limit, ReadMinRows) and total_lag(begin, latest) < limit.min_rows:
+            latest = {**latest, **begin}
+        for tp, offset in latest.items():
+            self._reported[tp] = max(offset, self._reported.get(tp, offset))
+        return nest(latest)
+
+    def _high_watermarks(self, floor: Mapping[TP, int]) -> Offsets:
+        """Each partition's HW, never below `floor` or anything reported before.
+
+        After a leader change the new leader may briefly report a HW below what the old
+        one reported; retry (bounded) until it catches up, then hold the old value.
+        """
+        planner = self._planner
+        deadline = time.monotonic() + CATCH_UP_TIMEOUT_S
+        bound: Offsets = dict(self._reported)
+        for tp, offset in floor.items():
+            bound[tp] = max(offset, bound.get(tp, offset))
+        while True:
+            snapshot = planner.wire.refresh()
+            tps = planner.partitions(snapshot)
+            gone = sorted(tp for tp in bound if tp not in snapshot.partitions)
+            if gone:
+                planner.data_loss(
+                    "partitions "
+                    + ", ".join(f"{t}-{p}" for t, p in gone)
+                    + " no longer exist in the cluster"
+                )
+            hw = planner.latest(sorted(set(tps) | (set(bound) - set(gone))))
+            latest, behind = never_backwards(bound, hw)
+            behind = [tp for tp in behind if tp not in gone]
+            self._last_hw = latest
+            if not behind or time.monotonic() >= deadline:
+                if behind:
+                    logger.warning(
+                        "high watermark of %s still behind the offsets already read after "
+                        "%.0fs; holding the previous offsets",
+                        ", ".join(f"{t}-{p}" for t, p in behind),
+                        CATCH_UP_TIMEOUT_S,
+                    )
+                return latest
+            logger.info(
+                "high watermark of %s is behind the last reported offsets (new leader?); retrying",
+                ", ".join(f"{t}-{p}" for t, p in behind),
+            )
+            time.sleep(0.1)
+
+    def reportLatestOffset(self) -> NestedOffsets | None:
+        return nest(self._last_hw) if self._last_hw else None
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        begin, until = flatten(start), flatten(end)
+        if begin == until:
+            return []
+        return self._planner.input_partitions(begin, until)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Nothing to do: progress lives in Spark's checkpoint (commit may never run)."""
+
+    def stop(self) -> None:
+        self._planner.close()
+
+    # -- executor side -------------------------------------------------------------------
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, TopicPartitionRange)
+        return read_range(partition)
+
+
+class MiniKafkaBatchReader(DataSourceReader):
+    """`spark.read`: committed records between `startingOffsets` and `endingOffsets`."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        self._planner = _Planner(options)
+
+    def partitions(self) -> Sequence[InputPartition]:
+        planner = self._planner
+        try:
+            start = planner.resolve_start()
+            assert self.options.ending is not None
+            tps = sorted(start)
+            hw = planner.latest(tps)
+            end = resolve_spec(
+                self.options.ending, tps, earliest={}, latest=hw, option="endingOffsets"
+            )
+            past = sorted(tp for tp in tps if end[tp] > hw[tp])
+            if past:
+                raise SourceOptionError(
+                    "endingOffsets past the high watermark (only committed records can be "
+                    "read): " + ", ".join(f"{t}-{p} {end[(t, p)]} > {hw[(t, p)]}" for t, p in past)
+                )
+            _, backwards = plan_ranges(start, end, earliest={})
+            if backwards:
+                raise SourceOptionError(
+                    "endingOffsets must not be below startingOffsets: "
+                    + ", ".join(f"{r.topic}-{r.partition} {r.start} > {r.end}" for r in backwards)
+                )
+            return planner.input_partitions(start, end)
+        finally:
+            planner.close()
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, TopicPartitionRange)
+        return read_range(partition)
+
+
+class MiniKafkaDataSource(DataSource):
+    """Register with `spark.dataSource.register(MiniKafkaDataSource)`; format `minikafka`."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "minikafka"
+
+    def schema(self) -> StructType:
+        include = str(self.options.get("includeHeaders", "false")).strip().lower() == "true"
+        return spark_schema(include)
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        options = parse_options(self.options, streaming=False)
+        _check_schema(schema, options)
+        return MiniKafkaBatchReader(options)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        options = parse_options(self.options, streaming=True)
+        _check_schema(schema, options)
+        return MiniKafkaStreamReader(options)

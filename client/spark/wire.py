@@ -1,0 +1,355 @@
+"""A small synchronous reader of the minikafka wire API for the Spark source.
+
+Spark runs the source in its own Python worker processes (forked from `pyspark.daemon`),
+so this reader uses plain synchronous gRPC stubs, opens its channels lazily in the
+process that uses it and is never pickled. It knows three calls: `Metadata` (leaders),
+`ListOffsets` (log start offset and high watermark) and consumer `Fetch`. Retriable
+errors (leader moved, stale epoch, broker unreachable) refresh the metadata and retry
+with back-off, bounded by a deadline; anything else raises at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Final
+
+import grpc
+import msgspec
+
+from client.spark.decode import Columns, decode_range
+from client.spark.errors import DataLossError, SourceReadError
+from client.spark.offsets import TP, Offsets
+from minikafka.errors import RETRIABLE_CODES, ErrorCode
+from minikafka.v1 import broker_pb2, broker_pb2_grpc
+
+logger = logging.getLogger(__name__)
+
+EARLIEST_TIMESTAMP: Final = -2
+LATEST_TIMESTAMP: Final = -1
+
+_CHANNEL_OPTIONS: Final = (
+    ("grpc.max_receive_message_length", 64 << 20),
+    ("grpc.max_send_message_length", 16 << 20),
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1_000),
+)
+_CONNECTION_CODES: Final = frozenset(
+    {
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.CANCELLED,
+        grpc.StatusCode.UNKNOWN,
+    }
+)
+RPC_TIMEOUT_S: Final = 5.0
+METADATA_TIMEOUT_S: Final = 2.0
+FETCH_MAX_WAIT_MS: Final = 500
+FETCH_MAX_BYTES: Final = 4 << 20
+BACKOFF_INITIAL_S: Final = 0.05
+BACKOFF_MAX_S: Final = 1.0
+
+
+class PartitionLeader(msgspec.Struct, frozen=True, kw_only=True):
+    leader: int
+    leader_epoch: int
+
+
+class ClusterSnapshot(msgspec.Struct, frozen=True, kw_only=True):
+    """Brokers, existing topics and partition leaders as one broker reported them."""
+
+    brokers: dict[int, str]
+    topics: frozenset[str]
+    partitions: dict[TP, PartitionLeader]
+
+    def partitions_of(self, topic: str) -> list[TP]:
+        return sorted(tp for tp in self.partitions if tp[0] == topic)
+
+
+class _Backoff:
+    """Exponential back-off between retries (the only waiting this module does)."""
+
+    def __init__(self) -> None:
+        self._delay_s = BACKOFF_INITIAL_S
+
+    def sleep(self, deadline: float) -> None:
+        time.sleep(max(0.0, min(self._delay_s, deadline - time.monotonic())))
+        self._delay_s = min(self._delay_s * 2, BACKOFF_MAX_S)
+
+    def reset(self) -> None:
+        self._delay_s = BACKOFF_INITIAL_S
+
+
+def _is_connection_error(exc: grpc.RpcError) -> bool:
+    code = exc.code() if isinstance(exc, grpc.Call) else None
+    return code in _CONNECTION_CODES
+
+
+class WireReader:
+    """Synchronous Metadata / ListOffsets / Fetch against a cluster; close() when done."""
+
+    def __init__(self, bootstrap_servers: Sequence[str], *, timeout_ms: int) -> None:
+        if not bootstrap_servers:
+            raise ValueError("bootstrap_servers is empty")
+        self._bootstrap = list(bootstrap_servers)
+        self._timeout_s = timeout_ms / 1000
+        self._channels: dict[str, grpc.Channel] = {}
+        self._snapshot: ClusterSnapshot | None = None
+        self._preferred: str | None = None  # the last address that answered metadata
+
+    def close(self) -> None:
+        for channel in self._channels.values():
+            channel.close()
+        self._channels.clear()
+
+    def __enter__(self) -> WireReader:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _stub(self, address: str) -> broker_pb2_grpc.BrokerServiceStub:
+        channel = self._channels.get(address)
+        if channel is None:
+            channel = grpc.insecure_channel(address, options=list(_CHANNEL_OPTIONS))
+            self._channels[address] = channel
+        return broker_pb2_grpc.BrokerServiceStub(channel)
+
+    # ---- metadata --------------------------------------------------------------------
+
+    def snapshot(self) -> ClusterSnapshot:
+        return self._snapshot if self._snapshot is not None else self.refresh()
+
+    def refresh(self) -> ClusterSnapshot:
+        """Metadata for every topic from the first broker that answers (bounded)."""
+        deadline = time.monotonic() + self._timeout_s
+        backoff = _Backoff()
+        errors: dict[str, str] = {}
+        while True:
+            known = list(self._snapshot.brokers.values()) if self._snapshot else []
+            first = [self._preferred] if self._preferred else []
+            for address in dict.fromkeys([*first, *self._bootstrap, *known]):
+                try:
+                    reply = self._stub(address).Metadata(
+                        broker_pb2.MetadataRequest(), timeout=METADATA_TIMEOUT_S
+                    )
+                except grpc.RpcError as exc:
+                    errors[address] = str(exc.code()) if isinstance(exc, grpc.Call) else str(exc)
+                    if self._preferred == address:
+                        self._preferred = None
+                    continue
+                self._preferred = address
+                self._snapshot = _snapshot_of(reply)
+                return self._snapshot
+            if time.monotonic() >= deadline:
+                raise SourceReadError(
+                    f"no broker answered a metadata request within {self._timeout_s:.0f}s: "
+                    + ", ".join(f"{a}: {e}" for a, e in sorted(errors.items()))
+                )
+            backoff.sleep(deadline)
+
+    # ---- list offsets ----------------------------------------------------------------
+
+    def list_offsets(self, partitions: Iterable[TP], timestamp_ms: int) -> Offsets:
+        """Log start offsets (`EARLIEST_TIMESTAMP`) or high watermarks (`LATEST_TIMESTAMP`)
+        from each partition's leader, retrying retriable errors within the deadline."""
+        pending = set(partitions)
+        out: Offsets = {}
+        deadline = time.monotonic() + self._timeout_s
+        backoff = _Backoff()
+        problems: dict[TP, str] = {}
+        while pending:
+            snapshot = self.snapshot()
+            by_leader: dict[int, list[TP]] = {}
+            for tp in sorted(pending):
+                info = snapshot.partitions.get(tp)
+                if info is None or info.leader not in snapshot.brokers:
+                    problems[tp] = "no leader in metadata"
+                    continue
+                by_leader.setdefault(info.leader, []).append(tp)
+            for leader, tps in sorted(by_leader.items()):
+                request = broker_pb2.ListOffsetsRequest(
+                    partitions=[
+                        broker_pb2.ListOffsetsPartition(
+                            topic=t,
+                            partition=p,
+                            timestamp_ms=timestamp_ms,
+                            current_leader_epoch=snapshot.partitions[(t, p)].leader_epoch,
+                        )
+                        for t, p in tps
+                    ]
+                )
+                try:
+                    reply = self._stub(snapshot.brokers[leader]).ListOffsets(
+                        request, timeout=RPC_TIMEOUT_S
+                    )
+                except grpc.RpcError as exc:
+                    if not _is_connection_error(exc):
+                        raise
+                    for tp in tps:
+                        problems[tp] = f"broker {leader} unreachable"
+                    continue
+                for part in reply.partitions:
+                    tp = (part.topic, part.partition)
+                    code = ErrorCode(part.error_code)
+                    if code is ErrorCode.NONE:
+                        out[tp] = part.offset
+                        pending.discard(tp)
+                    elif code in RETRIABLE_CODES:
+                        problems[tp] = f"{code.name}: {part.error_message}"
+                    else:
+                        raise SourceReadError(
+                            f"ListOffsets for {tp[0]}-{tp[1]} failed: {code.name}: "
+                            f"{part.error_message}",
+                            code=code,
+                        )
+            if not pending:
+                break
+            if time.monotonic() >= deadline:
+                detail = "; ".join(f"{t}-{p}: {problems.get((t, p))}" for t, p in sorted(pending))
+                raise SourceReadError(
+                    f"could not list offsets within {self._timeout_s:.0f}s: {detail}"
+                )
+            backoff.sleep(deadline)
+            self.refresh()
+        return out
+
+    # ---- fetch -----------------------------------------------------------------------
+
+    def fetch_range(
+        self, topic: str, partition: int, start: int, end: int, *, fail_on_data_loss: bool
+    ) -> Iterator[Columns]:
+        """Committed records of `topic-partition` with offsets in `[start, end)`, in order.
+
+        `end` was at most the high watermark when the range was planned. A new leader
+        that has not learned that HW yet answers empty; the reader long-polls until it
+        has. Offsets below the log start or above the log end mean data loss: raise
+        `DataLossError`, or log and skip them when `fail_on_data_loss` is false.
+        """
+        tp = (topic, partition)
+        offset = start
+        deadline = time.monotonic() + self._timeout_s
+        backoff = _Backoff()
+        out_of_range_seen = False
+        last_problem = "no answer yet"
+        while offset < end:
+            if time.monotonic() >= deadline:
+                raise SourceReadError(
+                    f"reading {topic}-{partition} [{start}, {end}) stalled at offset {offset} "
+                    f"for {self._timeout_s:.0f}s: {last_problem}"
+                )
+            snapshot = self.snapshot()
+            info = snapshot.partitions.get(tp)
+            if info is None or info.leader not in snapshot.brokers:
+                last_problem = "no leader in metadata"
+                backoff.sleep(deadline)
+                self.refresh()
+                continue
+            try:
+                reply = self._stub(snapshot.brokers[info.leader]).Fetch(
+                    broker_pb2.FetchRequest(
+                        max_wait_ms=FETCH_MAX_WAIT_MS,
+                        min_bytes=1,
+                        max_bytes=FETCH_MAX_BYTES,
+                        partitions=[
+                            broker_pb2.FetchPartition(
+                                topic=topic,
+                                partition=partition,
+                                fetch_offset=offset,
+                                current_leader_epoch=info.leader_epoch,
+                                last_fetched_epoch=-1,
+                                partition_max_bytes=FETCH_MAX_BYTES,
+                            )
+                        ],
+                    ),
+                    timeout=RPC_TIMEOUT_S + FETCH_MAX_WAIT_MS / 1000,
+                )
+            except grpc.RpcError as exc:
+                if not _is_connection_error(exc):
+                    raise
+                last_problem = f"broker {info.leader} unreachable ({exc.code()})"
+                backoff.sleep(deadline)
+                self.refresh()
+                continue
+            part = reply.partitions[0]
+            code = ErrorCode(part.error_code)
+            if code is ErrorCode.NONE:
+                if part.records:
+                    columns, next_offset = decode_range(part.records, start=offset, end=end)
+                    if len(columns):
+                        yield columns
+                    if next_offset is not None and next_offset > offset:
+                        offset = next_offset
+                        deadline = time.monotonic() + self._timeout_s
+                        backoff.reset()
+                        out_of_range_seen = False
+                        continue
+                # Nothing committed at `offset` on this leader yet (a new leader learns
+                # the HW from its followers): the fetch long-polled for FETCH_MAX_WAIT_MS
+                # already; check the leader is still current and ask again.
+                last_problem = (
+                    f"leader {info.leader} has high watermark {part.high_watermark}, "
+                    f"below the planned end {end}"
+                )
+                self.refresh()
+                continue
+            if code is ErrorCode.OFFSET_OUT_OF_RANGE and out_of_range_seen:
+                offset = self._lost(
+                    topic, partition, offset, end, part, fail_on_data_loss=fail_on_data_loss
+                )
+                out_of_range_seen = False
+                continue
+            if code is ErrorCode.OFFSET_OUT_OF_RANGE or code in RETRIABLE_CODES:
+                # A first out-of-range may come from stale metadata: check once more.
+                out_of_range_seen = code is ErrorCode.OFFSET_OUT_OF_RANGE
+                last_problem = f"{code.name}: {part.error_message}"
+                backoff.sleep(deadline)
+                self.refresh()
+                continue
+            raise SourceReadError(
+                f"fetch of {topic}-{partition} at offset {offset} failed: {code.name}: "
+                f"{part.error_message}",
+                code=code,
+            )
+
+    def _lost(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        end: int,
+        part: broker_pb2.FetchPartitionResponse,
+        *,
+        fail_on_data_loss: bool,
+    ) -> int:
+        """Report offsets `[offset, ...)` as lost; return where reading resumes."""
+        if part.log_start_offset >= 0 and offset < part.log_start_offset:
+            resume = min(end, part.log_start_offset)
+            why = f"the log now starts at {part.log_start_offset} (retention)"
+        else:
+            resume = end
+            why = f"the log now ends at {part.log_end_offset} (truncation)"
+        message = (
+            f"offsets [{offset}, {resume}) of {topic}-{partition} are gone: {why}. "
+            "Some data may have been lost; set failOnDataLoss=false to skip it and go on."
+        )
+        if fail_on_data_loss:
+            raise DataLossError(message)
+        logger.warning("skipping lost records: %s", message)
+        return resume
+
+
+def _snapshot_of(reply: broker_pb2.MetadataResponse) -> ClusterSnapshot:
+    brokers = {b.broker_id: f"{b.host}:{b.port}" for b in reply.brokers}
+    topics: set[str] = set()
+    partitions: dict[TP, PartitionLeader] = {}
+    for topic in reply.topics:
+        if topic.error_code != ErrorCode.NONE:
+            continue
+        topics.add(topic.name)
+        for part in topic.partitions:
+            partitions[(topic.name, part.partition)] = PartitionLeader(
+                leader=part.leader, leader_epoch=part.leader_epoch
+            )
+    return ClusterSnapshot(brokers=brokers, topics=frozenset(topics), partitions=partitions)

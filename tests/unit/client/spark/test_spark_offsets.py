@@ -1,0 +1,226 @@
+"""Pure offset planning of the Spark source (client/spark/offsets.py)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from client.spark.errors import SourceOptionError
+from client.spark.offsets import (
+    TP,
+    OffsetRange,
+    OffsetSpec,
+    canonical,
+    cap,
+    flatten,
+    nest,
+    never_backwards,
+    parse_offset_spec,
+    plan_ranges,
+    rate_limit,
+    resolve_spec,
+    split_ranges,
+    to_json,
+)
+
+tps = st.tuples(st.sampled_from(["a", "b", "orders"]), st.integers(0, 12))
+offset_maps = st.dictionaries(tps, st.integers(0, 10_000), max_size=8)
+
+
+def test_canonical_json_sorts_topics_and_partitions_numerically() -> None:
+    messy = {"t": {"10": 1, "2": 5, "1": 0}, "a": {"0": 3}}
+    assert json.dumps(canonical(messy)) == '{"a": {"0": 3}, "t": {"1": 0, "2": 5, "10": 1}}'
+
+
+@given(offset_maps)
+def test_canonical_json_is_stable_whatever_the_insertion_order(offsets: dict[TP, int]) -> None:
+    backwards = dict(reversed(list(offsets.items())))
+    assert to_json(offsets) == to_json(backwards)
+    assert flatten(json.loads(to_json(offsets))) == offsets
+    assert nest(flatten(nest(offsets))) == nest(offsets)
+
+
+@pytest.mark.parametrize(
+    ("bad", "match"),
+    [
+        ({"t": {"x": 1}}, "partition id"),
+        ({"t": {"0": "y"}}, "offset of t-0"),
+        ({"t": {"0": True}}, "offset of t-0"),
+        ({"t": [1]}, "must be an object"),
+    ],
+    ids=["non-int-partition", "non-int-offset", "bool-offset", "list-not-object"],
+)
+def test_flatten_rejects_malformed_offsets(bad: dict[str, Any], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        flatten(bad)
+
+
+@pytest.mark.parametrize(
+    ("text", "ending", "streaming", "expected"),
+    [
+        ("earliest", False, True, OffsetSpec(kind="earliest")),
+        (" LATEST ", False, True, OffsetSpec(kind="latest")),
+        ("latest", True, False, OffsetSpec(kind="latest")),
+        (
+            '{"t": {"0": 23, "1": -2}}',
+            False,
+            True,
+            OffsetSpec(kind="specific", offsets={("t", 0): 23, ("t", 1): -2}),
+        ),
+        ('{"t": {"0": -1}}', True, False, OffsetSpec(kind="specific", offsets={("t", 0): -1})),
+    ],
+    ids=["earliest", "latest-any-case", "ending-latest", "json-start", "json-end-latest"],
+)  # fmt: skip
+def test_parse_offset_spec(text: str, ending: bool, streaming: bool, expected: OffsetSpec) -> None:
+    assert parse_offset_spec(text, option="o", ending=ending, streaming=streaming) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "ending", "streaming", "match"),
+    [
+        ("earliest", True, False, "cannot end there"),
+        ("latest", False, False, "not allowed for batch"),
+        ("{not json", False, True, "cannot parse"),
+        ("{}", False, True, "non-empty object"),
+        ('{"t": {"0": -3}}', False, True, "is invalid"),
+        ('{"t": {"-1": 0}}', False, True, "negative"),
+        ('{"t": {"0": -2}}', True, False, "not allowed as an ending"),
+        ('{"t": {"0": -1}}', False, False, "not allowed as a starting offset of a batch"),
+    ],
+    ids=[
+        "end-earliest",
+        "batch-start-latest",
+        "bad-json",
+        "empty-json",
+        "offset-below-minus-two",
+        "negative-partition",
+        "end-minus-two",
+        "batch-start-minus-one",
+    ],
+)
+def test_parse_offset_spec_errors(text: str, ending: bool, streaming: bool, match: str) -> None:
+    with pytest.raises(SourceOptionError, match=match):
+        parse_offset_spec(text, option="o", ending=ending, streaming=streaming)
+
+
+def test_resolve_spec_substitutes_earliest_and_latest() -> None:
+    spec = OffsetSpec(kind="specific", offsets={("t", 0): -2, ("t", 1): -1, ("t", 2): 7})
+    got = resolve_spec(
+        spec,
+        [("t", 0), ("t", 1), ("t", 2)],
+        earliest={("t", 0): 3, ("t", 1): 0, ("t", 2): 0},
+        latest={("t", 0): 9, ("t", 1): 11, ("t", 2): 12},
+        option="startingOffsets",
+    )
+    assert got == {("t", 0): 3, ("t", 1): 11, ("t", 2): 7}
+
+
+def test_resolve_spec_requires_exactly_the_partitions_read() -> None:
+    spec = OffsetSpec(kind="specific", offsets={("t", 0): 1, ("u", 0): 1})
+    with pytest.raises(SourceOptionError, match=r"missing t-1; not read by this query u-0"):
+        resolve_spec(spec, [("t", 0), ("t", 1)], earliest={}, latest={}, option="startingOffsets")
+
+
+@pytest.mark.parametrize(
+    ("start", "latest", "limit", "expected"),
+    [
+        # Spark's example: 10 and 4 behind, limit 5 -> floor(3.57)=3 and floor(1.43)=1.
+        ({("t", 0): 0, ("t", 1): 0}, {("t", 0): 10, ("t", 1): 4}, 5, {("t", 0): 3, ("t", 1): 1}),
+        # A small partition is not starved: prorate 0.09 rounds up to 1.
+        ({("t", 0): 0, ("t", 1): 0}, {("t", 0): 100, ("t", 1): 1}, 10, {("t", 0): 9, ("t", 1): 1}),
+        # Nothing new: latest unchanged.
+        ({("t", 0): 5}, {("t", 0): 5}, 3, {("t", 0): 5}),
+        # Under the limit: everything.
+        ({("t", 0): 2}, {("t", 0): 4}, 100, {("t", 0): 4}),
+        # A new partition (missing from start) counts from 0.
+        ({}, {("t", 0): 8}, 4, {("t", 0): 4}),
+    ],
+    ids=["prorate", "no-starvation", "no-data", "under-limit", "new-partition"],
+)
+def test_rate_limit(
+    start: dict[TP, int], latest: dict[TP, int], limit: int, expected: dict[TP, int]
+) -> None:
+    assert rate_limit(start, latest, limit) == expected
+
+
+@given(offset_maps, st.data(), st.integers(1, 500))
+def test_rate_limit_stays_between_start_and_latest_and_makes_progress(
+    start: dict[TP, int], data: st.DataObject, limit: int
+) -> None:
+    latest = {tp: o + data.draw(st.integers(0, 300)) for tp, o in start.items()}
+    got = rate_limit(start, latest, limit)
+    assert set(got) == set(latest)
+    assert all(start[tp] <= got[tp] <= latest[tp] for tp in latest)
+    moved = sum(got[tp] - start[tp] for tp in latest)
+    lag = sum(latest[tp] - start[tp] for tp in latest)
+    assert moved == lag or (moved >= 1 and moved <= limit + len(latest))
+
+
+def test_never_backwards_holds_the_floor_and_names_partitions_behind() -> None:
+    latest, behind = never_backwards(
+        {("t", 0): 10, ("t", 1): 5, ("t", 2): 3}, {("t", 0): 8, ("t", 1): 7, ("t", 3): 1}
+    )
+    assert latest == {("t", 0): 10, ("t", 1): 7, ("t", 2): 3, ("t", 3): 1}
+    assert behind == [("t", 0), ("t", 2)]
+
+
+@given(offset_maps, offset_maps)
+def test_never_backwards_property(floor: dict[TP, int], fetched: dict[TP, int]) -> None:
+    latest, behind = never_backwards(floor, fetched)
+    assert all(latest[tp] >= o for tp, o in floor.items())
+    assert all(latest[tp] >= o for tp, o in fetched.items())
+    assert set(behind) == {tp for tp, o in floor.items() if fetched.get(tp, -1) < o}
+
+
+def test_cap_limits_to_the_available_now_target() -> None:
+    latest = {("t", 0): 10, ("t", 1): 4, ("t", 2): 9}
+    assert cap(latest, None) == latest
+    assert cap(latest, {("t", 0): 7, ("t", 1): 6}) == {("t", 0): 7, ("t", 1): 4}
+
+
+def test_plan_ranges_new_partitions_start_at_earliest_and_backwards_is_reported() -> None:
+    ranges, backwards = plan_ranges(
+        {("t", 0): 5, ("t", 1): 9, ("t", 2): 4},
+        {("t", 0): 8, ("t", 1): 6, ("t", 2): 4, ("t", 3): 2},
+        earliest={("t", 3): 1},
+    )
+    assert ranges == [
+        OffsetRange(topic="t", partition=0, start=5, end=8),
+        OffsetRange(topic="t", partition=3, start=1, end=2),
+    ]
+    assert backwards == [OffsetRange(topic="t", partition=1, start=9, end=6)]
+
+
+ranges_strategy = st.lists(
+    st.builds(
+        lambda p, s, n: OffsetRange(topic="t", partition=p, start=s, end=s + n),
+        st.integers(0, 20),
+        st.integers(0, 1000),
+        st.integers(1, 200),
+    ),
+    max_size=6,
+    unique_by=lambda r: r.partition,
+)
+
+
+@given(ranges_strategy, st.one_of(st.none(), st.integers(1, 40)))
+def test_split_ranges_covers_the_same_offsets_exactly_once(
+    ranges: list[OffsetRange], min_partitions: int | None
+) -> None:
+    pieces = split_ranges(ranges, min_partitions)
+    covered = sorted((p.partition, o) for p in pieces for o in range(p.start, p.end))
+    assert covered == sorted((r.partition, o) for r in ranges for o in range(r.start, r.end))
+    assert all(p.size > 0 for p in pieces)
+    if min_partitions is None or len(ranges) >= min_partitions:
+        assert pieces == ranges
+    else:
+        assert len(pieces) >= len(ranges)
+
+
+def test_split_ranges_hits_the_hint_for_one_big_range() -> None:
+    pieces = split_ranges([OffsetRange(topic="t", partition=0, start=0, end=10)], 3)
+    assert [(p.start, p.end) for p in pieces] == [(0, 4), (4, 7), (7, 10)]

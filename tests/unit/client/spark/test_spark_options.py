@@ -1,0 +1,106 @@
+"""Option parsing of the Spark source (client/spark/options.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from client.spark.errors import SourceOptionError
+from client.spark.offsets import OffsetSpec
+from client.spark.options import DEFAULT_POLL_TIMEOUT_MS, parse_options
+
+BASE = {"kafka.bootstrap.servers": "127.0.0.1:9092"}
+
+
+def test_streaming_defaults_mirror_spark() -> None:
+    got = parse_options({**BASE, "subscribe": "b, a,a"}, streaming=True)
+    assert got.bootstrap_servers == ("127.0.0.1:9092",)
+    assert got.topics == ("a", "b")
+    assert got.starting == OffsetSpec(kind="latest")
+    assert got.ending is None
+    assert got.fail_on_data_loss is True
+    assert got.include_headers is False
+    assert got.max_offsets_per_trigger is None
+    assert got.poll_timeout_ms == DEFAULT_POLL_TIMEOUT_MS
+
+
+def test_batch_defaults_and_case_insensitive_names() -> None:
+    got = parse_options(
+        {
+            "BOOTSTRAP.SERVERS": "h1:1,h2:2",
+            "ASSIGN": '{"t": [1, 0], "u": [3]}',
+            "includeheaders": "TRUE",
+            "minPartitions": "8",
+            "failOnDataLoss": "false",
+        },
+        streaming=False,
+    )
+    assert got.bootstrap_servers == ("h1:1", "h2:2")
+    assert got.assigned == (("t", 0), ("t", 1), ("u", 3))
+    assert got.starting == OffsetSpec(kind="earliest")
+    assert got.ending == OffsetSpec(kind="latest")
+    assert got.include_headers is True
+    assert got.min_partitions == 8
+    assert got.fail_on_data_loss is False
+
+
+def test_subscribe_pattern_matches_whole_names() -> None:
+    got = parse_options({**BASE, "subscribePattern": "orders-.*"}, streaming=True)
+    assert got.matches("orders-eu")
+    assert not got.matches("old-orders-eu")
+
+
+@pytest.mark.parametrize(
+    ("options", "streaming", "match"),
+    [
+        ({"subscribe": "t"}, True, "kafka.bootstrap.servers .* is required"),
+        ({**BASE, "subscribe": "t", "bootstrap.servers": "x:1"}, True, "both set and differ"),
+        ({"kafka.bootstrap.servers": "nohost", "subscribe": "t"}, True, "expected HOST:PORT"),
+        (BASE, True, r"exactly one of .* \(given: none\)"),
+        ({**BASE, "subscribe": "t", "assign": '{"t": [0]}'}, True, "given: subscribe, assign"),
+        ({**BASE, "subscribe": " , "}, True, "at least one topic"),
+        ({**BASE, "subscribePattern": "("}, True, "is not a regex"),
+        ({**BASE, "assign": '{"t": []}'}, True, "non-empty list"),
+        ({**BASE, "assign": '{"t": [-1]}'}, True, "bad partition"),
+        ({**BASE, "assign": "t:0"}, True, "cannot parse"),
+        ({**BASE, "subscribe": "t", "endingOffsets": "latest"}, True, "only for batch"),
+        ({**BASE, "subscribe": "t", "maxOffsetsPerTrigger": "5"}, False, "only for streaming"),
+        ({**BASE, "subscribe": "t", "maxOffsetsPerTrigger": "0"}, True, "positive integer"),
+        ({**BASE, "subscribe": "t", "minPartitions": "many"}, True, "positive integer"),
+        ({**BASE, "subscribe": "t", "failOnDataLoss": "yes"}, True, "'true' or 'false'"),
+        ({**BASE, "subscribe": "t", "subscibe": "t"}, True, "unknown option 'subscibe'"),
+        ({**BASE, "subscribe": "t", "startingOffsets": "latest"}, False, "not allowed for batch"),
+    ],
+    ids=[
+        "no-bootstrap",
+        "conflicting-bootstrap",
+        "bad-bootstrap",
+        "no-strategy",
+        "two-strategies",
+        "empty-subscribe",
+        "bad-pattern",
+        "assign-empty-list",
+        "assign-negative",
+        "assign-not-json",
+        "ending-in-stream",
+        "max-offsets-in-batch",
+        "max-offsets-zero",
+        "min-partitions-text",
+        "bad-bool",
+        "typo",
+        "batch-from-latest",
+    ],
+)
+def test_bad_options_are_rejected_clearly(
+    options: dict[str, str], streaming: bool, match: str
+) -> None:
+    with pytest.raises(SourceOptionError, match=match):
+        parse_options(options, streaming=streaming)
+
+
+def test_kafka_client_options_are_ignored_not_rejected(caplog: pytest.LogCaptureFixture) -> None:
+    got = parse_options(
+        {**BASE, "subscribe": "t", "kafka.group.id": "g", "groupIdPrefix": "p"}, streaming=True
+    )
+    assert got.topics == ("t",)
+    assert "kafka.group.id" in caplog.text
+    assert "groupidprefix" in caplog.text
