@@ -55,7 +55,8 @@ proto-check: install  ## fail if the committed generated code is not what the .p
 	diff -r -x __init__.py -x __pycache__ build/proto-check/minikafka/v1 minikafka/v1 \
 	  || (echo "generated code is stale: run 'make proto' and commit" && exit 1)
 
-bench: install  ## storage, throughput, latency and failover benchmarks
+bench: install  ## storage, throughput, latency and failover benchmarks (with peers)
+	$(BIN)/python -m pip install --quiet -e ".[$(EXTRAS),bench]"
 	$(BIN)/python -m benchmarks
 
 up:  ## docker-compose cluster (see README)

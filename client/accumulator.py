@@ -372,6 +372,11 @@ class RecordAccumulator:
         with self._lock:
             return [b for q in self._queues.values() for b in q]
 
+    def heads(self) -> list[ProducerBatch]:
+        """The next batch of every partition with a batch queued."""
+        with self._lock:
+            return [q[0] for q in self._queues.values() if q]
+
     def remove_queued(self, batches: Iterable[ProducerBatch]) -> None:
         drop = set(batches)
         with self._lock:

@@ -182,6 +182,15 @@ class AsyncProducer:
         self._retrying: set[TopicPartition] = set()
         self._epoch_bump_pending = False
         self._in_flight_requests: dict[int, int] = {}
+        #: Brokers that answered a Produce on the current channel. gRPC does not keep
+        #: concurrent calls in order (calls queued while a channel connects go out in
+        #: any order), so a broker gets one request at a time until it has answered one.
+        self._warm_brokers: set[int] = set()
+        #: Partitions with a batch acknowledged under the current producer epoch. Until
+        #: then a partition has one batch in flight: a leader that does not know the
+        #: producer accepts any sequence, so a later batch overtaking the first one
+        #: would be written before it.
+        self._confirmed: set[TopicPartition] = set()
         self._metadata_task: asyncio.Task[None] | None = None
         #: topic -> (view it came from, partitions, available partitions, partition set)
         self._topic_cache: dict[
@@ -235,6 +244,7 @@ class AsyncProducer:
                     self.producer_id = response.producer_id
                     self.producer_epoch = response.producer_epoch
                     self._next_sequence.clear()
+                    self._confirmed.clear()
                     logger.info("producer id %s epoch %s", self.producer_id, self.producer_epoch)
                     return
                 error = from_response(response.error_code, context="InitProducerId")
@@ -451,14 +461,17 @@ class AsyncProducer:
         leader = self._conn.view.leader(tp.topic, tp.partition)
         if leader is None:
             return False
-        if self._in_flight_requests.get(leader.broker_id, 0) >= self.max_in_flight:
+        limit = self.max_in_flight if leader.broker_id in self._warm_brokers else 1
+        if self._in_flight_requests.get(leader.broker_id, 0) >= limit:
             return False
         if not self.idempotent:
             return True
-        if batch.payload is None and self._epoch_bump_pending:
+        if self._epoch_bump_pending and not (batch.payload is not None and batch.maybe_written):
+            # Only a batch that may have been written is resent under the old epoch (to
+            # learn whether it was); every other batch waits for the new epoch.
             return False
         in_flight = len(self._in_flight.get(tp, ()))
-        if tp in self._retrying:
+        if tp in self._retrying or tp not in self._confirmed:
             return in_flight == 0
         return in_flight < min(self.max_in_flight, MAX_IN_FLIGHT_IDEMPOTENT)
 
@@ -498,9 +511,14 @@ class AsyncProducer:
             raise
 
     def _ready_for_epoch_bump(self) -> bool:
+        """Nothing in flight, and no partition's next batch may have been written.
+
+        Queues are in sequence order and the leader appends a producer's batches in
+        sequence order, so every batch behind one that was definitely not written was
+        not written either: those are re-sequenced under the new epoch."""
         if any(self._in_flight.values()):
             return False
-        return not any(b.payload is not None for b in self.accumulator.queued())
+        return not any(b.payload is not None and b.maybe_written for b in self.accumulator.heads())
 
     async def _bump_epoch(self) -> None:
         try:
@@ -508,6 +526,11 @@ class AsyncProducer:
         except MiniKafkaClientError as exc:
             logger.warning("cannot bump the producer epoch yet: %s", exc)
             return
+        for batch in self.accumulator.queued():
+            if batch.payload is not None:
+                batch.payload = None
+                batch.base_sequence = -1
+                batch.maybe_written = False
         self._retrying.clear()
         self._epoch_bump_pending = False
 
@@ -528,12 +551,17 @@ class AsyncProducer:
             for batch in group:
                 assert batch.payload is not None
                 if request and size + len(batch.payload) > self.max_request_size:
-                    self._spawn(self._send_request(broker_id, request))
+                    self._start_request(broker_id, request)
                     request, size = [], 0
                 request.append(batch)
                 size += len(batch.payload)
             if request:
-                self._spawn(self._send_request(broker_id, request))
+                self._start_request(broker_id, request)
+
+    def _start_request(self, broker_id: int, batches: list[ProducerBatch]) -> None:
+        # Counted now, not when the task first runs, so the next drain sees it.
+        self._in_flight_requests[broker_id] = self._in_flight_requests.get(broker_id, 0) + 1
+        self._spawn(self._send_request(broker_id, batches))
 
     def _encode(self, batch: ProducerBatch) -> None:
         if batch.payload is not None:
@@ -560,7 +588,6 @@ class AsyncProducer:
 
     async def _send_request(self, broker_id: int, batches: list[ProducerBatch]) -> None:
         assert self._conn is not None
-        self._in_flight_requests[broker_id] = self._in_flight_requests.get(broker_id, 0) + 1
         try:
             await self._send_request_inner(broker_id, batches)
         finally:
@@ -596,6 +623,7 @@ class AsyncProducer:
                 request, timeout=self.request_timeout_ms / 1000 + 5
             )
         except grpc.aio.AioRpcError as exc:
+            self._warm_brokers.discard(broker_id)
             if not is_connection_error(exc) and exc.code() != grpc.StatusCode.DEADLINE_EXCEEDED:
                 error: MiniKafkaClientError = IllegalStateError(
                     f"Produce to broker {broker_id} failed: {exc.code().name} {exc.details()}"
@@ -613,6 +641,7 @@ class AsyncProducer:
                 )
             self._maybe_refresh_metadata([b.tp for b in batches])
             return
+        self._warm_brokers.add(broker_id)
         by_tp = {(p.topic, p.partition): p for p in response.partitions}
         refresh: list[TopicPartition] = []
         for batch in batches:
@@ -642,10 +671,10 @@ class AsyncProducer:
             if code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER and self._earlier_pending(batch):
                 self._retry_or_fail(batch, error)
             elif code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER and self._epoch_bump_pending:
-                # Definitely not written: resend under the next epoch with a new sequence.
+                # Definitely not written: it waits (in sequence order) for the next epoch
+                # and is re-sequenced then (`_bump_epoch`).
                 self._remove_in_flight(batch)
-                batch.payload = None
-                batch.base_sequence = -1
+                batch.maybe_written = False
                 self.accumulator.reenqueue(batch, 0.0)
             elif code in RETRIABLE_CODES:
                 if code in (
@@ -694,6 +723,8 @@ class AsyncProducer:
 
     def _finish_ok(self, batch: ProducerBatch, result: BatchResult) -> None:
         self._remove_in_flight(batch)
+        if self.idempotent and batch.producer_epoch == self.producer_epoch:
+            self._confirmed.add(batch.tp)
         if batch.tp in self._retrying and not any(
             b.payload is not None and b.tp == batch.tp for b in self.accumulator.queued()
         ):
@@ -720,19 +751,17 @@ class AsyncProducer:
 
     def _expire(self, now: float) -> None:
         expired = [
-            b
-            for b in self.accumulator.queued()
-            if b.payload is None and now - b.created_ms > self.delivery_timeout_ms
+            b for b in self.accumulator.queued() if now - b.created_ms > self.delivery_timeout_ms
         ]
         if expired:
             self.accumulator.remove_queued(expired)
             for batch in expired:
-                self._fail(
+                self._finish_failed(
                     batch,
                     KafkaTimeoutError(
                         f"{batch.tp.topic}-{batch.tp.partition}: {batch.record_count} records "
                         f"expired after delivery_timeout_ms={self.delivery_timeout_ms} "
-                        "without being sent (no leader?)"
+                        "while queued (no leader?)"
                     ),
                 )
 

@@ -7,6 +7,7 @@ deterministically, independently of the real broker.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable
 
 import grpc
@@ -22,7 +23,7 @@ from client.errors import (
     UnknownServerError,
 )
 from minikafka.errors import ErrorCode
-from minikafka.record_batch import build_batch, parse_header, stamp
+from minikafka.record_batch import build_batch, decode_records, parse_header, stamp
 from minikafka.v1 import broker_pb2, broker_pb2_grpc, common_pb2, controller_pb2
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(30)]
@@ -45,6 +46,12 @@ class ScriptedBroker(broker_pb2_grpc.BrokerServiceServicer):
         self.fetch_handler: FetchHandler | None = None
         self.fetch_requests: list[broker_pb2.FetchPartition] = []
         self.latest_offset = 0
+        #: Codes by (producer epoch, base sequence), taken before `produce_codes`.
+        self.codes_by_sequence: dict[tuple[int, int], int] = {}
+        #: Simulated time each Produce takes before it answers.
+        self.produce_latency_s = 0.0
+        #: ("start" | "end", base sequence) per Produce partition, in order.
+        self.produce_events: list[tuple[str, int]] = []
 
     async def Metadata(
         self, request: broker_pb2.MetadataRequest, context: object
@@ -84,9 +91,17 @@ class ScriptedBroker(broker_pb2_grpc.BrokerServiceServicer):
         self, request: broker_pb2.ProduceRequest, context: object
     ) -> broker_pb2.ProduceResponse:
         results = []
+        sequences = [parse_header(part.records).base_sequence for part in request.partitions]
+        self.produce_events.extend(("start", seq) for seq in sequences)
+        if self.produce_latency_s:
+            await asyncio.sleep(self.produce_latency_s)
+        self.produce_events.extend(("end", seq) for seq in sequences)
         for part in request.partitions:
             self.produced.append((part.partition, part.records))
-            code = self.produce_codes.pop(0) if self.produce_codes else ErrorCode.NONE
+            sent = parse_header(part.records)
+            code = self.codes_by_sequence.pop((sent.producer_epoch, sent.base_sequence), None)
+            if code is None:
+                code = self.produce_codes.pop(0) if self.produce_codes else ErrorCode.NONE
             base = -1
             if code in (ErrorCode.NONE, ErrorCode.DUPLICATE_SEQUENCE_NUMBER):
                 header = parse_header(part.records)
@@ -206,6 +221,42 @@ async def test_out_of_order_sequence_is_fatal_for_the_batch(broker: ScriptedBrok
     assert md.offset == 0
     last = parse_header(broker.produced[-1][1])
     assert (last.producer_epoch, last.base_sequence) == (1, 0)
+
+
+async def test_first_batch_of_a_partition_travels_alone(broker: ScriptedBroker) -> None:
+    # A leader that does not know the producer accepts any sequence, and gRPC may
+    # deliver concurrent calls in any order: a later batch must not overtake the first.
+    broker.produce_latency_s = 0.05
+    async with producer(broker, batch_size=17, buffer_memory=1 << 20) as p:
+        futures = [await p.send("t", b"%d" % i, partition=0) for i in range(6)]
+        await p.flush()
+        offsets = [(await f).offset for f in futures]
+    assert offsets == list(range(6))
+    assert broker.produce_events[:3] == [("start", 0), ("end", 0), ("start", 1)]
+    # Once the first batch is acknowledged, several are in flight at once.
+    starts_before_first_end = broker.produce_events[2:].index(("end", 1))
+    assert starts_before_first_end > 1
+
+
+async def test_batches_behind_a_failed_one_keep_their_order_in_the_next_epoch(
+    broker: ScriptedBroker,
+) -> None:
+    # b1 fails for good, so the partition's sequence has a hole; b2 and b3 were
+    # rejected as out of order and are re-sequenced under a new epoch, still in order.
+    broker.codes_by_sequence = {
+        (0, 1): ErrorCode.MESSAGE_TOO_LARGE,
+        (0, 2): ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+        (0, 3): ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+    }
+    async with producer(broker, batch_size=18, buffer_memory=1 << 20) as p:
+        assert (await p.send_and_wait("t", b"b0", partition=0)).offset == 0
+        futures = [await p.send("t", b"b%d" % i, partition=0) for i in (1, 2, 3)]
+        with pytest.raises(MessageSizeTooLargeError):
+            await futures[0]
+        assert [(await f).offset for f in futures[1:]] == [1, 2]
+    resent = [parse_header(b) for _, b in broker.produced[-2:]]
+    assert [(h.producer_epoch, h.base_sequence) for h in resent] == [(1, 0), (1, 1)]
+    assert [decode_records(b)[1][0][2] for _, b in broker.produced[-2:]] == [b"b2", b"b3"]
 
 
 async def test_retriable_errors_stop_at_the_delivery_timeout(broker: ScriptedBroker) -> None:
