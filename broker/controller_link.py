@@ -13,9 +13,10 @@ Retries use capped exponential back-off; nothing here blocks the event loop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 
 import grpc
 
@@ -68,15 +69,14 @@ class ControllerLink:
         await self._channel.close()
 
     async def run(self) -> None:
-        """Register, then heartbeat forever; re-register when the controller forgets us."""
+        """Register, then heartbeat over a stream forever; re-register when the controller
+        forgets us. A broken stream is reconnected with capped exponential back-off."""
         backoff_ms = BACKOFF_MS_MIN
         while True:
             try:
                 if self.broker_epoch < 0:
                     await self._register()
-                    backoff_ms = BACKOFF_MS_MIN
-                await self._heartbeat()
-                await asyncio.sleep(self._heartbeat_interval_ms / 1000)
+                await self._heartbeat_stream()
                 backoff_ms = BACKOFF_MS_MIN
             except (grpc.aio.AioRpcError, ControllerUnavailableError) as exc:
                 logger.warning(
@@ -87,6 +87,36 @@ class ControllerLink:
                 )
                 await asyncio.sleep(backoff_ms / 1000)
                 backoff_ms = min(backoff_ms * 2, BACKOFF_MS_MAX)
+
+    async def _heartbeat_stream(self) -> None:
+        """Heartbeat every interval on one stream until our registration goes stale.
+
+        The controller fences us as soon as this stream breaks (a crash is noticed at
+        once, not after the session timeout).
+        """
+        epoch = self.broker_epoch
+        stop = asyncio.Event()
+
+        async def requests() -> AsyncIterator[controller_pb2.BrokerHeartbeatRequest]:
+            while not stop.is_set() and self.broker_epoch == epoch:
+                yield controller_pb2.BrokerHeartbeatRequest(
+                    broker_id=self._broker_id,
+                    broker_epoch=epoch,
+                    metadata_offset=self.metadata_offset,
+                    want_shutdown=False,
+                )
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), self._heartbeat_interval_ms / 1000)
+
+        call = self.stub.BrokerHeartbeatStream(requests())
+        try:
+            async for reply in call:
+                self._apply_heartbeat_reply(reply)
+                if self.broker_epoch != epoch:
+                    return
+        finally:
+            stop.set()
+            call.cancel()
 
     async def _register(self) -> None:
         reply = await self.stub.RegisterBroker(
@@ -129,6 +159,10 @@ class ControllerLink:
             ),
             timeout=RPC_TIMEOUT_S,
         )
+        self._apply_heartbeat_reply(reply)
+        return reply
+
+    def _apply_heartbeat_reply(self, reply: controller_pb2.BrokerHeartbeatResponse) -> None:
         if reply.error_code in (ErrorCode.STALE_BROKER_EPOCH, ErrorCode.BROKER_ID_NOT_REGISTERED):
             logger.warning(
                 "controller no longer knows broker %s epoch %s (%s); registering again",
@@ -138,7 +172,7 @@ class ControllerLink:
             )
             self.broker_epoch = -1
             self.registered.clear()
-            return reply
+            return
         if reply.error_code != ErrorCode.NONE:
             raise ControllerUnavailableError(
                 f"heartbeat refused: {ErrorCode(reply.error_code).name}"
@@ -148,7 +182,6 @@ class ControllerLink:
                 "broker %s is now %s", self._broker_id, "fenced" if reply.is_fenced else "active"
             )
         self.fenced = reply.is_fenced
-        return reply
 
     async def alter_partition(
         self, items: list[controller_pb2.AlterPartitionItem]

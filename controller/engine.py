@@ -308,6 +308,24 @@ class ControllerEngine:
                 )
             return expired
 
+    async def heartbeat_stream_broken(self, *, broker_id: int, broker_epoch: int) -> None:
+        """A broker's heartbeat stream ended without a shutdown request: the process died or
+        its connection broke. Fence it now rather than at the session timeout."""
+        async with self._lock:
+            broker = self._state.brokers.get(broker_id)
+            if broker is None or broker.broker_epoch != broker_epoch or broker.fenced:
+                return
+            self._liveness.forget(broker_id)
+            state_change_logger.info("broker %d heartbeat stream broke: fencing it", broker_id)
+            self._commit(
+                fence_broker(
+                    self._state,
+                    self._settings,
+                    broker_id=broker_id,
+                    reason="heartbeat stream broke",
+                )
+            )
+
     async def rebalance_leaders(self) -> tuple[ElectionOutcome, ...]:
         """One automatic preferred-leader rebalance pass."""
         async with self._lock:

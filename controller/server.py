@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
@@ -9,6 +11,7 @@ import grpc
 from controller import codec
 from controller.engine import ControllerEngine
 from controller.state_machine import AlterPartitionItem, ElectionType
+from minikafka.errors import ErrorCode
 from minikafka.v1 import common_pb2, controller_pb2, controller_pb2_grpc
 
 ServicerContext = grpc.aio.ServicerContext[Any, Any]
@@ -64,6 +67,28 @@ class ControllerServicer(controller_pb2_grpc.ControllerServiceServicer):
             should_shut_down=reply.should_shut_down,
             controller_epoch=self._engine.state.controller_epoch,
         )
+
+    async def BrokerHeartbeatStream(
+        self,
+        request_iterator: AsyncIterator[controller_pb2.BrokerHeartbeatRequest],
+        context: ServicerContext,
+    ) -> AsyncIterator[controller_pb2.BrokerHeartbeatResponse]:
+        last: controller_pb2.BrokerHeartbeatRequest | None = None
+        accepted = False
+        try:
+            async for request in request_iterator:
+                last = request
+                reply = await self.BrokerHeartbeat(request, context)
+                accepted = reply.error_code == ErrorCode.NONE
+                yield reply
+        finally:
+            if last is not None and accepted and not last.want_shutdown:
+                # Shielded: this also runs when the stream is cancelled by a dead peer.
+                await asyncio.shield(
+                    self._engine.heartbeat_stream_broken(
+                        broker_id=last.broker_id, broker_epoch=last.broker_epoch
+                    )
+                )
 
     async def AlterPartition(
         self, request: controller_pb2.AlterPartitionRequest, context: ServicerContext

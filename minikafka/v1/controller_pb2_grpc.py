@@ -44,6 +44,11 @@ class ControllerServiceStub:
                 request_serializer=minikafka_dot_v1_dot_controller__pb2.BrokerHeartbeatRequest.SerializeToString,
                 response_deserializer=minikafka_dot_v1_dot_controller__pb2.BrokerHeartbeatResponse.FromString,
                 _registered_method=True)
+        self.BrokerHeartbeatStream = channel.stream_stream(
+                '/minikafka.v1.ControllerService/BrokerHeartbeatStream',
+                request_serializer=minikafka_dot_v1_dot_controller__pb2.BrokerHeartbeatRequest.SerializeToString,
+                response_deserializer=minikafka_dot_v1_dot_controller__pb2.BrokerHeartbeatResponse.FromString,
+                _registered_method=True)
         self.AlterPartition = channel.unary_unary(
                 '/minikafka.v1.ControllerService/AlterPartition',
                 request_serializer=minikafka_dot_v1_dot_controller__pb2.AlterPartitionRequest.SerializeToString,
@@ -97,6 +102,15 @@ class ControllerServiceServicer:
 
     def BrokerHeartbeat(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def BrokerHeartbeatStream(self, request_iterator, context):
+        """The same heartbeats over one long-lived stream: when the stream breaks (the broker
+        process died, its connection was reset) the controller fences the broker at once
+        instead of waiting for the session timeout.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -159,6 +173,11 @@ def add_ControllerServiceServicer_to_server(servicer, server):
             ),
             'BrokerHeartbeat': grpc.unary_unary_rpc_method_handler(
                     servicer.BrokerHeartbeat,
+                    request_deserializer=minikafka_dot_v1_dot_controller__pb2.BrokerHeartbeatRequest.FromString,
+                    response_serializer=minikafka_dot_v1_dot_controller__pb2.BrokerHeartbeatResponse.SerializeToString,
+            ),
+            'BrokerHeartbeatStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.BrokerHeartbeatStream,
                     request_deserializer=minikafka_dot_v1_dot_controller__pb2.BrokerHeartbeatRequest.FromString,
                     response_serializer=minikafka_dot_v1_dot_controller__pb2.BrokerHeartbeatResponse.SerializeToString,
             ),
@@ -255,6 +274,33 @@ class ControllerService:
             request,
             target,
             '/minikafka.v1.ControllerService/BrokerHeartbeat',
+            minikafka_dot_v1_dot_controller__pb2.BrokerHeartbeatRequest.SerializeToString,
+            minikafka_dot_v1_dot_controller__pb2.BrokerHeartbeatResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def BrokerHeartbeatStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/minikafka.v1.ControllerService/BrokerHeartbeatStream',
             minikafka_dot_v1_dot_controller__pb2.BrokerHeartbeatRequest.SerializeToString,
             minikafka_dot_v1_dot_controller__pb2.BrokerHeartbeatResponse.FromString,
             options,

@@ -35,6 +35,11 @@ class ControllerServiceStub:
     def __new__(cls, channel: _aio.Channel) -> ControllerServiceAsyncStub: ...
     RegisterBroker: _grpc.UnaryUnaryMultiCallable[_controller_pb2.RegisterBrokerRequest, _controller_pb2.RegisterBrokerResponse]
     BrokerHeartbeat: _grpc.UnaryUnaryMultiCallable[_controller_pb2.BrokerHeartbeatRequest, _controller_pb2.BrokerHeartbeatResponse]
+    BrokerHeartbeatStream: _grpc.StreamStreamMultiCallable[_controller_pb2.BrokerHeartbeatRequest, _controller_pb2.BrokerHeartbeatResponse]
+    """The same heartbeats over one long-lived stream: when the stream breaks (the broker
+    process died, its connection was reset) the controller fences the broker at once
+    instead of waiting for the session timeout.
+    """
     AlterPartition: _grpc.UnaryUnaryMultiCallable[_controller_pb2.AlterPartitionRequest, _controller_pb2.AlterPartitionResponse]
     ControlledShutdown: _grpc.UnaryUnaryMultiCallable[_controller_pb2.ControlledShutdownRequest, _controller_pb2.ControlledShutdownResponse]
     CreateTopics: _grpc.UnaryUnaryMultiCallable[_controller_pb2.CreateTopicsRequest, _controller_pb2.CreateTopicsResponse]
@@ -49,6 +54,11 @@ class ControllerServiceAsyncStub(ControllerServiceStub):
     def __init__(self, channel: _aio.Channel) -> None: ...
     RegisterBroker: _aio.UnaryUnaryMultiCallable[_controller_pb2.RegisterBrokerRequest, _controller_pb2.RegisterBrokerResponse]  # type: ignore[assignment]
     BrokerHeartbeat: _aio.UnaryUnaryMultiCallable[_controller_pb2.BrokerHeartbeatRequest, _controller_pb2.BrokerHeartbeatResponse]  # type: ignore[assignment]
+    BrokerHeartbeatStream: _aio.StreamStreamMultiCallable[_controller_pb2.BrokerHeartbeatRequest, _controller_pb2.BrokerHeartbeatResponse]  # type: ignore[assignment]
+    """The same heartbeats over one long-lived stream: when the stream breaks (the broker
+    process died, its connection was reset) the controller fences the broker at once
+    instead of waiting for the session timeout.
+    """
     AlterPartition: _aio.UnaryUnaryMultiCallable[_controller_pb2.AlterPartitionRequest, _controller_pb2.AlterPartitionResponse]  # type: ignore[assignment]
     ControlledShutdown: _aio.UnaryUnaryMultiCallable[_controller_pb2.ControlledShutdownRequest, _controller_pb2.ControlledShutdownResponse]  # type: ignore[assignment]
     CreateTopics: _aio.UnaryUnaryMultiCallable[_controller_pb2.CreateTopicsRequest, _controller_pb2.CreateTopicsResponse]  # type: ignore[assignment]
@@ -72,6 +82,17 @@ class ControllerServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _controller_pb2.BrokerHeartbeatRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_controller_pb2.BrokerHeartbeatResponse, _abc.Awaitable[_controller_pb2.BrokerHeartbeatResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def BrokerHeartbeatStream(
+        self,
+        request_iterator: _MaybeAsyncIterator[_controller_pb2.BrokerHeartbeatRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_controller_pb2.BrokerHeartbeatResponse], _abc.AsyncIterator[_controller_pb2.BrokerHeartbeatResponse]]:
+        """The same heartbeats over one long-lived stream: when the stream breaks (the broker
+        process died, its connection was reset) the controller fences the broker at once
+        instead of waiting for the session timeout.
+        """
 
     @_abc_1.abstractmethod
     def AlterPartition(

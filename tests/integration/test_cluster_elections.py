@@ -16,7 +16,7 @@ from minikafka.record_batch import build_batch
 from minikafka.v1 import broker_pb2_grpc, common_pb2, controller_pb2
 from tests.support.cluster import running_cluster, wait_until
 from tests.support.processes import free_port
-from tests.support.wire import produce, read_all
+from tests.support.wire import now_ms, produce, read_all
 
 pytestmark = pytest.mark.integration
 
@@ -39,12 +39,13 @@ def test_failover_then_preferred_election_moves_leadership_back(tmp_path: Path) 
         cluster.create_topic("pref", rf=3, min_insync_replicas="2")
         preferred = cluster.wait_leader("pref")
         _, epoch_before, _ = cluster.leader_of("pref")
-        produce(cluster.stub(preferred), "pref", build_batch([(1, None, b"a", None)]))
+        produce(cluster.stub(preferred), "pref", build_batch([(now_ms(), None, b"a", None)]))
         killed = time.monotonic()
         cluster.brokers[preferred].kill()
         new_leader = cluster.wait_leader("pref", not_in=(preferred,), timeout_s=15)
         failover_s = time.monotonic() - killed
         # The session timeout is 1.5 s here; leadership must move within a few seconds.
+        print(f"fail-over after kill -9: {failover_s:.2f}s")
         assert failover_s < 5, f"fail-over took {failover_s:.2f}s"
         _, epoch_after, _ = cluster.leader_of("pref")
         assert epoch_after > epoch_before
@@ -73,7 +74,9 @@ def test_unclean_election_only_when_allowed_and_loss_is_visible(tmp_path: Path) 
         leader = cluster.wait_leader("u")
         stale, other = (b for b in cluster.brokers if b != leader)
         assert (
-            produce(cluster.stub(leader), "u", build_batch([(1, None, b"old", None)])).error_code
+            produce(
+                cluster.stub(leader), "u", build_batch([(now_ms(), None, b"old", None)])
+            ).error_code
             == ErrorCode.NONE
         )
         wait_until(
@@ -83,7 +86,9 @@ def test_unclean_election_only_when_allowed_and_loss_is_visible(tmp_path: Path) 
         cluster.wait_isr("u", 0, sorted([leader, other]), timeout_s=20)
         for value in (b"lost-1", b"lost-2"):
             assert (
-                produce(cluster.stub(leader), "u", build_batch([(2, None, value, None)])).error_code
+                produce(
+                    cluster.stub(leader), "u", build_batch([(now_ms(), None, value, None)])
+                ).error_code
                 == ErrorCode.NONE
             )
         cluster.brokers[leader].kill()
@@ -95,7 +100,9 @@ def test_unclean_election_only_when_allowed_and_loss_is_visible(tmp_path: Path) 
             timeout_s=20,
             what="offline partition",
         )
-        refused = produce(cluster.stub(stale), "u", build_batch([(3, None, b"refused", None)]))
+        refused = produce(
+            cluster.stub(stale), "u", build_batch([(now_ms(), None, b"refused", None)])
+        )
         assert refused.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
         described = cluster.stub(stale).DescribeCluster(
             controller_pb2.DescribeClusterRequest(topics=["u"]), timeout=5
@@ -137,7 +144,7 @@ def test_controller_crash_and_restart_under_load(tmp_path: Path) -> None:
                 value = b"c%06d" % n
                 try:
                     result = produce(
-                        cluster.stub(current), "cc", build_batch([(n, None, value, None)])
+                        cluster.stub(current), "cc", build_batch([(now_ms(), None, value, None)])
                     )
                 except grpc.RpcError:
                     result = None

@@ -19,7 +19,7 @@ from minikafka.errors import ErrorCode
 from minikafka.record_batch import build_batch
 from minikafka.v1 import broker_pb2
 from tests.support.cluster import Cluster, running_cluster, wait_until
-from tests.support.wire import fetch, produce, read_all
+from tests.support.wire import fetch, now_ms, produce, read_all
 
 pytestmark = pytest.mark.integration
 
@@ -59,7 +59,7 @@ def test_followers_hold_identical_logs(cluster: Cluster) -> None:
     cluster.create_topic("rep", rf=3, min_insync_replicas="2")
     leader = cluster.wait_leader("rep")
     for i in range(50):
-        batch = build_batch([(1000 + i, b"k%d" % j, b"v-%d-%d" % (i, j), None) for j in range(20)])
+        batch = build_batch([(now_ms(), b"k%d" % j, b"v-%d-%d" % (i, j), None) for j in range(20)])
         result = produce(cluster.stub(leader), "rep", batch, acks=-1)
         assert result.error_code == ErrorCode.NONE, result.error_message
         assert result.base_offset == i * 20
@@ -78,21 +78,27 @@ def test_acks_all_refused_below_min_isr_and_accepted_after_return(cluster: Clust
     cluster.create_topic("minisr", rf=3, min_insync_replicas="2")
     leader = cluster.wait_leader("minisr")
     followers = [b for b in cluster.brokers if b != leader]
-    good = produce(cluster.stub(leader), "minisr", build_batch([(1, None, b"before", None)]))
+    good = produce(cluster.stub(leader), "minisr", build_batch([(now_ms(), None, b"before", None)]))
     assert good.error_code == ErrorCode.NONE
     for broker in followers:
         cluster.brokers[broker].kill()
     cluster.wait_isr("minisr", 0, [leader], timeout_s=30)
-    refused = produce(cluster.stub(leader), "minisr", build_batch([(2, None, b"refused", None)]))
+    refused = produce(
+        cluster.stub(leader), "minisr", build_batch([(now_ms(), None, b"refused", None)])
+    )
     assert refused.error_code == ErrorCode.NOT_ENOUGH_REPLICAS
     # acks=1 still appends, but the HW stays frozen below min.insync.replicas.
     hw_before = high_watermark(cluster, leader, "minisr")
-    one = produce(cluster.stub(leader), "minisr", build_batch([(3, None, b"acks1", None)]), acks=1)
+    one = produce(
+        cluster.stub(leader), "minisr", build_batch([(now_ms(), None, b"acks1", None)]), acks=1
+    )
     assert one.error_code == ErrorCode.NONE
     assert high_watermark(cluster, leader, "minisr") == hw_before
     cluster.brokers[followers[0]].start()
     cluster.wait_isr("minisr", 0, sorted([leader, followers[0]]), timeout_s=30)
-    accepted = produce(cluster.stub(leader), "minisr", build_batch([(4, None, b"after", None)]))
+    accepted = produce(
+        cluster.stub(leader), "minisr", build_batch([(now_ms(), None, b"after", None)])
+    )
     assert accepted.error_code == ErrorCode.NONE, accepted.error_message
     values = [row[3] for row in read_all(cluster.stub(leader), "minisr")]
     assert values == [b"before", b"acks1", b"after"]
@@ -112,9 +118,13 @@ def test_stopped_follower_leaves_isr_and_rejoins(tmp_path: Path) -> None:
         others = sorted(b for b in cluster.brokers if b != follower)
         cluster.brokers[follower].pause()
         try:
-            produce(cluster.stub(leader), "lag", build_batch([(1, None, b"x", None)]), acks=1)
+            produce(
+                cluster.stub(leader), "lag", build_batch([(now_ms(), None, b"x", None)]), acks=1
+            )
             cluster.wait_isr("lag", 0, others, timeout_s=20)
-            result = produce(cluster.stub(leader), "lag", build_batch([(2, None, b"y", None)]))
+            result = produce(
+                cluster.stub(leader), "lag", build_batch([(now_ms(), None, b"y", None)])
+            )
             assert result.error_code == ErrorCode.NONE, result.error_message
         finally:
             cluster.brokers[follower].resume()
@@ -136,7 +146,7 @@ def test_leader_kill_loses_no_acknowledged_record(cluster: Cluster) -> None:
             value = b"r%06d" % n
             try:
                 result = produce(
-                    cluster.stub(leader), "failover", build_batch([(n, None, value, None)])
+                    cluster.stub(leader), "failover", build_batch([(now_ms(), None, value, None)])
                 )
             except grpc.RpcError:
                 result = None
@@ -189,7 +199,7 @@ def test_fenced_and_not_leader_errors(cluster: Cluster) -> None:
     leader = cluster.wait_leader("fence")
     _, epoch, _ = cluster.leader_of("fence", 0)
     follower = next(b for b in cluster.brokers if b != leader)
-    batch = build_batch([(1, None, b"v", None)])
+    batch = build_batch([(now_ms(), None, b"v", None)])
     not_leader = produce(cluster.stub(follower), "fence", batch)
     assert not_leader.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
 

@@ -18,7 +18,7 @@ from minikafka.record_batch import build_batch
 from minikafka.v1 import broker_pb2, broker_pb2_grpc
 from tests.integration.conftest import StandaloneBroker
 from tests.support.processes import standalone_broker_process
-from tests.support.wire import create_topic, fetch, produce, read_all
+from tests.support.wire import create_topic, fetch, now_ms, produce, read_all
 
 pytestmark = pytest.mark.integration
 
@@ -59,7 +59,7 @@ def test_round_trip_keyed_unkeyed_headers(
 
 def test_validation_errors_append_nothing(stub: broker_pb2_grpc.BrokerServiceStub) -> None:
     assert create_topic(stub, "t", max_message_bytes="2000").error_code == ErrorCode.NONE
-    good = build_batch([(1, None, b"ok", None)])
+    good = build_batch([(now_ms(), None, b"ok", None)])
     corrupt = bytearray(good)
     corrupt[-1] ^= 0xFF
     assert produce(stub, "t", bytes(corrupt)).error_code == ErrorCode.CORRUPT_MESSAGE
@@ -69,7 +69,7 @@ def test_validation_errors_append_nothing(stub: broker_pb2_grpc.BrokerServiceStu
         ErrorCode.CORRUPT_MESSAGE,
     )
     assert produce(stub, "t", good[:30]).error_code == ErrorCode.CORRUPT_MESSAGE
-    big = build_batch([(1, None, b"x" * 5000, None)])
+    big = build_batch([(now_ms(), None, b"x" * 5000, None)])
     assert produce(stub, "t", big).error_code == ErrorCode.MESSAGE_TOO_LARGE
     assert produce(stub, "t", good, acks=2).error_code == ErrorCode.INVALID_REQUIRED_ACKS
     assert produce(stub, "nope", good).error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
@@ -110,7 +110,7 @@ def test_long_poll_wakes_on_append(stub: broker_pb2_grpc.BrokerServiceStub) -> N
     thread = threading.Thread(target=waiter)
     started = time.monotonic()
     thread.start()
-    produce(stub, "lp", build_batch([(1, None, b"wake", None)]))
+    produce(stub, "lp", build_batch([(now_ms(), None, b"wake", None)]))
     thread.join(timeout=30)
     assert not thread.is_alive()
     assert time.monotonic() - started < 15  # woke on the append, not at the 20 s deadline
@@ -119,7 +119,7 @@ def test_long_poll_wakes_on_append(stub: broker_pb2_grpc.BrokerServiceStub) -> N
 
 
 def test_list_offsets_and_metadata(stub: broker_pb2_grpc.BrokerServiceStub) -> None:
-    create_topic(stub, "lo", partitions=2)
+    create_topic(stub, "lo", partitions=2, retention_ms="-1")  # synthetic 1970 timestamps
     for ts in (1000, 2000, 3000):
         produce(stub, "lo", build_batch([(ts, None, b"v", None)]))
 
@@ -164,7 +164,7 @@ def test_kill9_during_produce_keeps_acknowledged_records(tmp_path: Path) -> None
                     value = b"v%08d" % n + b"x" * 200
                     try:
                         result = produce(
-                            stub, "crash", build_batch([(n, None, value, None)]), acks=1
+                            stub, "crash", build_batch([(now_ms(), None, value, None)]), acks=1
                         )
                     except grpc.RpcError:
                         return
@@ -194,7 +194,7 @@ def test_kill9_during_produce_keeps_acknowledged_records(tmp_path: Path) -> None
             for offset, value in acknowledged:
                 assert got.get(offset) == value, f"acknowledged offset {offset} lost"
             end = max(got) + 1
-            nxt = produce(stub, "crash", build_batch([(1, None, b"after", None)]), acks=1)
+            nxt = produce(stub, "crash", build_batch([(now_ms(), None, b"after", None)]), acks=1)
             assert nxt.base_offset == end
         # The tail that was cut by the kill (if any) was reported by log dump before recovery;
         # after recovery every batch must be valid.
@@ -217,7 +217,7 @@ def test_sigterm_writes_clean_shutdown_marker(tmp_path: Path) -> None:
     with grpc.insecure_channel(process.address) as channel:
         stub = broker_pb2_grpc.BrokerServiceStub(channel)
         create_topic(stub, "clean")
-        produce(stub, "clean", build_batch([(1, None, b"v", None)]))
+        produce(stub, "clean", build_batch([(now_ms(), None, b"v", None)]))
     assert process.terminate() == 0
     assert (data_dir / "clean-shutdown").exists()
     process.start()
@@ -251,7 +251,7 @@ def test_metrics_endpoint(tmp_path: Path) -> None:
         with grpc.insecure_channel(process.address) as channel:
             stub = broker_pb2_grpc.BrokerServiceStub(channel)
             create_topic(stub, "m")
-            produce(stub, "m", build_batch([(1, None, b"v", None)] * 3))
+            produce(stub, "m", build_batch([(now_ms(), None, b"v", None)] * 3))
             fetch(stub, "m", 0)
         with urllib.request.urlopen(
             f"http://127.0.0.1:{metrics_port}/metrics", timeout=10

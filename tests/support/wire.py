@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import time
+
 from minikafka.errors import ErrorCode
 from minikafka.record_batch import decode_records, iter_batches
 from minikafka.v1 import broker_pb2, broker_pb2_grpc, controller_pb2
+
+
+def now_ms() -> int:
+    """Wall-clock milliseconds: record timestamps must be current, or retention.ms (7 days by
+    default) deletes rolled segments, exactly as Kafka does."""
+    return time.time_ns() // 1_000_000
+
 
 Row = tuple[int, int, bytes | None, bytes | None, list[tuple[str, bytes]] | None]
 

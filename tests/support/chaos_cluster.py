@@ -1,0 +1,259 @@
+"""A cluster wired for fault injection, and the process / storage / election nemeses.
+
+`ChaosCluster` is `tests.support.cluster.Cluster` with a `ProxyNet` proxy in front of
+every server: brokers advertise their proxy and reach the controller through its proxy,
+and the test's clients bootstrap through the brokers' proxies, so network faults act on
+every link. Observation (describe, leader, replica logs) bypasses the proxies.
+
+Every nemesis action is recorded in the history (process "nemesis") when one is given.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from minikafka.record_batch import CorruptBatchError, iter_batches
+from minikafka.v1 import common_pb2, controller_pb2, controller_pb2_grpc
+from tests.chaos.history import History
+from tests.support.chaos_proxy import ProxyNet
+from tests.support.cluster import Cluster, wait_until
+from tests.support.processes import wait_healthy
+
+#: (base offset, last offset, leader epoch, crc) of one batch in a replica's log.
+BatchId = tuple[int, int, int, int]
+
+FAST_BROKER_ARGS = ["--replica-lag-time-max-ms", "1500"]
+FAST_CONTROLLER_ARGS = ["--session-timeout-ms", "1500", "--heartbeat-interval-ms", "300"]
+
+
+def broker_name(broker_id: int) -> str:
+    return f"b{broker_id}"
+
+
+class ChaosCluster(Cluster):
+    def __init__(
+        self,
+        root: Path,
+        *,
+        brokers: int = 3,
+        broker_args: list[str] | None = None,
+        controller_args: list[str] | None = None,
+        history: History | None = None,
+    ) -> None:
+        super().__init__(
+            root,
+            brokers=brokers,
+            broker_args=[*FAST_BROKER_ARGS, *(broker_args or [])],
+            controller_args=[*FAST_CONTROLLER_ARGS, *(controller_args or [])],
+        )
+        self.history = history
+        self.net = ProxyNet(self._pids)
+        controller_proxy = self.net.add("controller", self.controller_address)
+        self.proxy: dict[int, str] = {}
+        for broker_id, process in self.brokers.items():
+            self.proxy[broker_id] = self.net.add(broker_name(broker_id), process.address)
+            at = process.args.index("--controller")
+            process.args[at + 1] = controller_proxy
+            process.args += ["--advertise", self.proxy[broker_id]]
+        self._controller_channel: grpc.Channel | None = None
+
+    def _pids(self) -> dict[str, int]:
+        pids = {broker_name(b): p.pid for b, p in self.brokers.items() if p.alive()}
+        if self.controller.alive():
+            pids["controller"] = self.controller.pid
+        return pids
+
+    @property
+    def client_bootstrap(self) -> list[str]:
+        """Every broker's proxy: what the test's clients dial."""
+        return list(self.proxy.values())
+
+    def stop(self) -> None:
+        for process in [*self.brokers.values(), self.controller]:
+            if process.alive() and process.paused:
+                process.resume()
+        super().stop()
+        if self._controller_channel is not None:
+            self._controller_channel.close()
+        self.net.close()
+
+    # ---- observation (straight to the controller, never through a proxy) -------------
+
+    def controller_stub(self) -> controller_pb2_grpc.ControllerServiceStub:
+        if self._controller_channel is None:
+            self._controller_channel = grpc.insecure_channel(self.controller_address)
+        return controller_pb2_grpc.ControllerServiceStub(self._controller_channel)
+
+    def describe(self) -> controller_pb2.DescribeClusterResponse:
+        return self.controller_stub().DescribeCluster(
+            controller_pb2.DescribeClusterRequest(), timeout=5
+        )
+
+    def leader_of(self, topic: str, partition: int = 0) -> tuple[int, int, list[int]]:
+        reply = self.controller_stub().DescribeCluster(
+            controller_pb2.DescribeClusterRequest(topics=[topic]), timeout=5
+        )
+        for part in reply.topics[0].partitions:
+            if part.partition == partition:
+                return part.leader, part.leader_epoch, sorted(part.isr)
+        raise KeyError((topic, partition))
+
+    def try_leader_of(self, topic: str, partition: int = 0) -> tuple[int, int, list[int]] | None:
+        try:
+            return self.leader_of(topic, partition)
+        except (grpc.RpcError, KeyError, IndexError):
+            return None
+
+    def wait_full_isr(self, topic: str, partitions: int, timeout_s: float = 40.0) -> None:
+        everyone = sorted(self.brokers)
+        for p in range(partitions):
+            self.wait_isr(topic, p, everyone, timeout_s=timeout_s)
+
+    # ---- nemeses -------------------------------------------------------------------
+
+    def record(self, action: str, **info: Any) -> None:
+        if self.history is not None:
+            self.history.nemesis(action, **info)
+
+    def kill(self, broker_id: int) -> None:
+        self.record("kill", broker=broker_id)
+        self.brokers[broker_id].kill()
+
+    def start_broker(self, broker_id: int) -> None:
+        self.record("start", broker=broker_id)
+        process = self.brokers[broker_id]
+        process.start(wait=False)
+        wait_healthy(process.address, proc=process.proc)
+
+    def terminate(self, broker_id: int) -> int:
+        self.record("terminate", broker=broker_id)
+        return self.brokers[broker_id].terminate()
+
+    def pause(self, broker_id: int) -> None:
+        self.record("pause", broker=broker_id)
+        self.brokers[broker_id].pause()
+
+    def resume(self, broker_id: int) -> None:
+        self.record("resume", broker=broker_id)
+        self.brokers[broker_id].resume()
+
+    def wait_fenced(self, broker_id: int, timeout_s: float = 20.0) -> None:
+        """Until the controller considers `broker_id` gone (session expiry)."""
+
+        def fenced() -> bool:
+            try:
+                reply = self.describe()
+            except grpc.RpcError:
+                return False
+            return all(b.fenced for b in reply.brokers if b.endpoint.broker_id == broker_id)
+
+        wait_until(fenced, timeout_s=timeout_s, what=f"broker {broker_id} fenced")
+
+    def hard_bounce(self, broker_id: int) -> None:
+        """SIGKILL, wait for the controller to notice, restart."""
+        self.kill(broker_id)
+        self.wait_fenced(broker_id)
+        self.start_broker(broker_id)
+
+    def kill_controller(self) -> None:
+        self.record("kill-controller")
+        self.controller.kill()
+
+    def start_controller(self) -> None:
+        self.record("start-controller")
+        self.controller.start()
+
+    def elect(self, topic: str, partition: int, kind: str = "preferred") -> int:
+        """Ask the controller for a preferred or unclean election; returns the error code."""
+        self.record("elect", topic=topic, partition=partition, kind=kind)
+        reply = self.controller_stub().ElectLeaders(
+            controller_pb2.ElectLeadersRequest(
+                election_type=(
+                    controller_pb2.ElectionType.UNCLEAN
+                    if kind == "unclean"
+                    else controller_pb2.ElectionType.PREFERRED
+                ),
+                partitions=[common_pb2.TopicPartition(topic=topic, partition=partition)],
+                timeout_ms=8000,
+            ),
+            timeout=10,
+        )
+        for result in reply.results:
+            return int(result.error_code)
+        return int(reply.error_code)
+
+    def partition_dir(self, broker_id: int, topic: str, partition: int) -> Path:
+        return self.root / f"broker-{broker_id}" / f"{topic}-{partition}"
+
+    def corrupt_tail(
+        self, broker_id: int, topic: str, partition: int, *, rng: random.Random
+    ) -> dict[str, Any]:
+        """Damage the last segment of a STOPPED broker: flip bytes inside the last batch
+        and cut a torn batch onto the end. Returns what was done."""
+        assert not self.brokers[broker_id].alive(), "corrupt only a stopped broker"
+        segments = sorted(self.partition_dir(broker_id, topic, partition).glob("*.log"))
+        segment = next(s for s in reversed(segments) if s.stat().st_size > 0)
+        data = bytearray(segment.read_bytes())
+        batches = list(_valid_batches(bytes(data)))
+        assert batches, f"{segment} has no batch to damage"
+        last_pos, last_size = batches[-1][0], batches[-1][1]
+        flip_at = last_pos + rng.randrange(61, last_size) if last_size > 61 else last_pos + 8
+        data[flip_at] ^= 0xFF
+        torn = bytes(data[last_pos : last_pos + last_size // 2])
+        segment.write_bytes(bytes(data) + torn)
+        info = {
+            "segment": segment.name,
+            "flipped_byte": flip_at,
+            "damaged_batch_base_offset": batches[-1][2],
+            "torn_bytes": len(torn),
+        }
+        self.record("corrupt", broker=broker_id, topic=topic, partition=partition, **info)
+        return info
+
+    def replica_log(self, broker_id: int, topic: str, partition: int) -> list[BatchId]:
+        """The valid batches of one replica, read from its segment files."""
+        out: list[BatchId] = []
+        for segment in sorted(self.partition_dir(broker_id, topic, partition).glob("*.log")):
+            for _, _, base, last, epoch, crc in _valid_batches(segment.read_bytes()):
+                out.append((base, last, epoch, crc))
+        return out
+
+    def wait_identical_replicas(
+        self, topic: str, partitions: int, timeout_s: float = 30.0
+    ) -> dict[int, list[BatchId]]:
+        """Until every replica of every partition holds the same batches (I3 / I14)."""
+        logs: dict[int, list[BatchId]] = {}
+        for p in range(partitions):
+
+            def same(p: int = p) -> bool:
+                holders = [b for b in self.brokers if self.partition_dir(b, topic, p).exists()]
+                replicas = [self.replica_log(b, topic, p) for b in holders]
+                logs[p] = replicas[0]
+                return all(log == replicas[0] for log in replicas)
+
+            wait_until(same, timeout_s=timeout_s, what=f"identical replicas of {topic}-{p}")
+        return logs
+
+
+def _valid_batches(data: bytes) -> list[tuple[int, int, int, int, int, int]]:
+    """(position, size, base offset, last offset, epoch, crc) up to the first bad batch."""
+    out: list[tuple[int, int, int, int, int, int]] = []
+    try:
+        for pos, header in iter_batches(data):
+            out.append(
+                (
+                    pos,
+                    header.size,
+                    header.base_offset,
+                    header.base_offset + header.last_offset_delta,
+                    header.leader_epoch,
+                    header.crc,
+                )
+            )
+    except CorruptBatchError:
+        pass
+    return out
