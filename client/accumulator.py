@@ -246,16 +246,20 @@ class RecordAccumulator:
         record: RecordInput,
         size: int,
         now_ms: float,
+        batch_size: int | None = None,
     ) -> tuple[FutureRecordMetadata, bool]:
         """Add `record` to the open batch of `tp`; returns its future and whether the
-        sender should be woken (a batch was created or filled). Raises `BufferFull`."""
+        sender should be woken (a batch was created or filled). `batch_size` overrides
+        the accumulator's for this topic. Raises `BufferFull`."""
+        if batch_size is None:
+            batch_size = self.batch_size
         with self._lock:
             buffered = self._buffered_bytes + size
             if buffered > self.buffer_memory and self._buffered_bytes > 0:
                 raise BufferFull
             batch = self._open.get(tp)
             if (
-                batch is not None and not batch.closed and batch.size_bytes + size < self.batch_size
+                batch is not None and not batch.closed and batch.size_bytes + size < batch_size
             ):  # fast path: room in the open batch
                 records = batch.records
                 records.append(record)
@@ -271,7 +275,7 @@ class RecordAccumulator:
                 batch is None
                 or batch.closed
                 or batch.payload is not None
-                or (batch.size_bytes + size > self.batch_size and batch.records)
+                or (batch.size_bytes + size > batch_size and batch.records)
             ):
                 if batch is not None and not batch.closed:
                     batch.closed = True
@@ -283,7 +287,7 @@ class RecordAccumulator:
             batch.records.append(record)
             batch.size_bytes += size
             self._buffered_bytes += size
-            if batch.size_bytes >= self.batch_size:
+            if batch.size_bytes >= batch_size:
                 batch.closed = True
                 wake = True
             return FutureRecordMetadata(batch, len(batch.records) - 1), wake

@@ -1,10 +1,10 @@
 """The consumer: `AsyncConsumer` (asyncio) and `Consumer` (sync, on a private loop thread).
 
 The fetch loop sends one Fetch per broker for every assigned partition led by (or,
-with `client_rack`, replicated in the same rack on) that broker which has neither a
-fetch in flight nor undelivered raw data buffered, so the next fetch travels while the
-user processes the previous one, and a long poll on an idle partition never holds back
-a busy one. Responses are kept as raw batch bytes and decoded (one
+with `client_rack`, replicated in the same rack on) that broker which has no fetch in
+flight and fewer than `MAX_BUFFERED_RESPONSES` undelivered responses buffered, so the
+next fetch travels while the user processes the previous one, and a long poll on an
+idle partition never holds back a busy one. Responses are kept as raw batch bytes and decoded (one
 msgspec call per batch) when `getmany` / `poll` hands records out; records below the
 position are skipped because a fetch returns whole batches.
 
@@ -51,6 +51,10 @@ logger = logging.getLogger(__name__)
 OffsetReset = Literal["earliest", "latest", "none"]
 EARLIEST: Final = -2
 LATEST: Final = -1
+#: Undelivered fetch responses buffered per partition before its fetching pauses. Two
+#: let the next fetch travel as soon as a response arrives, while that one is decoded
+#: and handed out; a partition buffers at most about 2 x `max_partition_fetch_bytes`.
+MAX_BUFFERED_RESPONSES: Final = 2
 
 
 class TruncationAction(msgspec.Struct, frozen=True, kw_only=True):
@@ -521,7 +525,7 @@ class AsyncConsumer:
             for tp, state in self._assignment.items():
                 if (
                     state.in_flight
-                    or state.raw
+                    or len(state.raw) >= MAX_BUFFERED_RESPONSES
                     or state.error is not None
                     or state.reset_to is not None
                     or state.fetch_offset < 0

@@ -22,18 +22,18 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from types import TracebackType
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, NamedTuple
 
 import grpc
 import grpc.aio
 
 from client.accumulator import (
+    RECORD_OVERHEAD_BYTES,
     BatchResult,
     BufferFull,
     FutureRecordMetadata,
     ProducerBatch,
     RecordAccumulator,
-    estimate_size,
 )
 from client.errors import (
     IllegalStateError,
@@ -45,11 +45,12 @@ from client.errors import (
     from_response,
 )
 from client.loop_thread import LoopThread
+from client.metadata import ClusterView
 from client.partitioner import DefaultPartitioner, Partitioner
 from client.records import RecordMetadata, TopicPartition
 from client.transport import BrokerConnections, is_connection_error
 from minikafka.errors import INVALID_METADATA_CODES, RETRIABLE_CODES, ErrorCode
-from minikafka.record_batch import Compression, build_batch
+from minikafka.record_batch import HEADER_SIZE, Compression, build_batch
 from minikafka.v1 import broker_pb2, controller_pb2
 
 logger = logging.getLogger(__name__)
@@ -57,8 +58,31 @@ logger = logging.getLogger(__name__)
 Serializer = Callable[[Any], bytes | None]
 Headers = Sequence[tuple[str, bytes]] | None
 
-DEFAULT_BATCH_SIZE: Final = 256 * 1024
+#: Bytes of records per batch (estimated). Each batch is one acks=all round trip of the
+#: replication pipeline, so large batches are what carry throughput; 1 MiB plus the
+#: batch header stays within the broker's default `max.message.bytes` (1 MiB + 1 KiB).
+DEFAULT_BATCH_SIZE: Final = 1 << 20
 MAX_IN_FLIGHT_IDEMPOTENT: Final = 5
+
+
+class _TopicRoute(NamedTuple):
+    """What `send()` needs to place a record of one topic, cached per metadata view."""
+
+    view: ClusterView
+    partitions: list[int]
+    available: list[int]
+    tps: dict[int, TopicPartition]
+    batch_size: int
+
+
+def topic_batch_size(batch_size: int, view: ClusterView, topic: str) -> int:
+    """`batch_size`, lowered so a full batch fits the topic's `max.message.bytes` when
+    the topic sets one (record sizes are estimated generously, see `estimate_size`)."""
+    info = view.topics.get(topic)
+    limit = info.configs.get("max.message.bytes") if info is not None else None
+    if limit is None or not limit.isdigit():
+        return batch_size
+    return max(1, min(batch_size, int(limit) - HEADER_SIZE))
 
 
 def parse_acks(acks: int | str) -> int:
@@ -192,10 +216,7 @@ class AsyncProducer:
         #: would be written before it.
         self._confirmed: set[TopicPartition] = set()
         self._metadata_task: asyncio.Task[None] | None = None
-        #: topic -> (view it came from, partitions, available partitions, partition set)
-        self._topic_cache: dict[
-            str, tuple[object, list[int], list[int], dict[int, TopicPartition]]
-        ] = {}
+        self._topic_cache: dict[str, _TopicRoute] = {}
         self._fatal: BaseException | None = None
 
     # ---- lifecycle ------------------------------------------------------------------
@@ -388,51 +409,68 @@ class AsyncProducer:
             raise ProducerClosedError("the producer is closed")
         if self._fatal is not None:
             raise IllegalStateError(f"the producer failed: {self._fatal}") from self._fatal
-        key_bytes = _to_bytes("key", key, self._key_serializer)
-        value_bytes = _to_bytes("value", value, self._value_serializer)
+        # Per-record work is what bounds a Python producer: bytes without serializers
+        # (the common case) skip every conversion.
+        if self._key_serializer is not None or not (key is None or type(key) is bytes):
+            key = _to_bytes("key", key, self._key_serializer)
+        if self._value_serializer is not None or not (value is None or type(value) is bytes):
+            value = _to_bytes("value", value, self._value_serializer)
+        size = RECORD_OVERHEAD_BYTES
+        if key is not None:
+            size += len(key)
+        if value is not None:
+            size += len(value)
         if headers:
             for name, data in headers:
                 if not isinstance(name, str) or not isinstance(data, bytes):
                     raise TypeError("headers must be a list of (str, bytes) pairs")
+                size += len(name) + len(data) + 4
         assert self._conn is not None
         view = self._conn.view
         cached = self._topic_cache.get(topic)
-        if cached is None or cached[0] is not view:
+        if cached is None or cached.view is not view:
             found = view.partitions_for(topic)
             if found is None:
                 return "metadata"
-            if cached is not None and cached[1] != found:
+            if cached is not None and cached.partitions != found:
                 self._partitioner.reset(topic)
-            tps = {p: TopicPartition(topic, p) for p in found}
-            cached = (view, found, view.available_partitions(topic), tps)
+            cached = _TopicRoute(
+                view=view,
+                partitions=found,
+                available=view.available_partitions(topic),
+                tps={p: TopicPartition(topic, p) for p in found},
+                batch_size=topic_batch_size(self.accumulator.batch_size, view, topic),
+            )
             self._topic_cache[topic] = cached
-        _view, partitions, available, tps = cached
+        partitions = cached.partitions
         if partition is None:
             if self._user_partitioner is not None:
-                partition = self._user_partitioner(key_bytes, partitions, available)
+                partition = self._user_partitioner(key, partitions, cached.available)
             else:
-                partition = self._partitioner(topic, key_bytes, partitions, available)
-        elif partition not in tps:
+                partition = self._partitioner(topic, key, partitions, cached.available)
+        elif partition not in cached.tps:
             raise ValueError(
                 f"partition {partition} of {topic!r} does not exist (partitions {partitions})"
             )
-        size = estimate_size(key_bytes, value_bytes, headers)
         if size > self.max_request_size:
             raise MessageSizeTooLargeError(
                 f"record of ~{size} bytes exceeds max_request_size={self.max_request_size}"
             )
         if timestamp_ms is None:
-            timestamp_ms = int(time.time() * 1000)
-        tp = tps[partition]
+            timestamp_ms = time.time_ns() // 1_000_000
         try:
             future, wake = self.accumulator.append(
-                tp, (timestamp_ms, key_bytes, value_bytes, headers), size, _now_ms()
+                cached.tps[partition],
+                (timestamp_ms, key, value, headers),
+                size,
+                _now_ms(),
+                cached.batch_size,
             )
         except BufferFull:
             return "buffer"
         if wake:
-            if key_bytes is None and self._user_partitioner is None and future._index > 0:
-                self._partitioner.on_new_batch(topic, partition, partitions, available)
+            if key is None and self._user_partitioner is None and future._index > 0:
+                self._partitioner.on_new_batch(topic, partition, partitions, cached.available)
             self._wake_threadsafe()
         return future
 

@@ -29,6 +29,7 @@ MAX_EXAMPLES = 32
 ANOMALY_TYPES = (
     "lost-write",
     "unseen",
+    "vanished",
     "duplicate",
     "inconsistent-offsets",
     "unexpected",
@@ -48,6 +49,7 @@ UNCLEAN_EXPECTED = frozenset(
     {
         "lost-write",
         "unseen",
+        "vanished",
         "inconsistent-offsets",
         "poll-skip",
         "nonmonotonic-poll",
@@ -148,10 +150,10 @@ def completions(ops: Sequence[Op]) -> list[Op]:
 # ---- analyses (each pure) -------------------------------------------------------------
 
 
-def reads_of(ops: Sequence[Op]) -> dict[str, set[int]]:
+def reads_of(ops: Sequence[Op], *, final_only: bool = False) -> dict[str, set[int]]:
     reads: dict[str, set[int]] = defaultdict(set)
     for op in ops:
-        if op["type"] == "ok" and op.get("f") == "poll":
+        if op["type"] == "ok" and op.get("f") == "poll" and (op.get("final") or not final_only):
             for key, pairs in _poll_pairs(op):
                 reads[key].update(v for _, v in pairs)
     return reads
@@ -267,7 +269,8 @@ def lost_writes(
 
 
 def unseen(ops: Sequence[Op], reads: dict[str, set[int]]) -> list[dict[str, Any]]:
-    """Acknowledged values no poll ever returned (meaningful after the final polls)."""
+    """Acknowledged values missing from `reads` (the final polls' reads, when the history
+    has final polls: a value read once and gone by the end is unseen too)."""
     out: list[dict[str, Any]] = []
     for op in ops:
         if op.get("f") == "send" and op["type"] == "ok":
@@ -284,6 +287,16 @@ def unseen(ops: Sequence[Op], reads: dict[str, set[int]]) -> list[dict[str, Any]
                         }
                     )
     return out
+
+
+def vanished(reads: dict[str, set[int]], final: dict[str, set[int]]) -> list[dict[str, Any]]:
+    """Values some poll returned (exposed to a consumer) that the final polls no longer
+    return: exposed records must never disappear (I5)."""
+    return [
+        {"key": key, "value": value}
+        for key, values in sorted(reads.items())
+        for value in sorted(values - final.get(key, set()))
+    ]
 
 
 def aborted_and_unexpected_reads(
@@ -419,18 +432,23 @@ def check(
 ) -> CheckResult:
     """Run every analysis over `history`.
 
-    `expected` names anomaly types the scenario's fault may legitimately cause (they are
-    reported and labelled, and do not invalidate the history). Unless `strict`, missing
-    writes that were acknowledged with acks=0 or 1 are moved to `expected-loss`.
+    Polls marked `"final": true` are the final polls (§9.6): `unseen` and `vanished` are
+    judged against what they read. `expected` names anomaly types the scenario's fault
+    may legitimately cause (they are reported and labelled, and do not invalidate the
+    history). Unless `strict`, missing writes that were acknowledged with acks=0 or 1 are
+    moved to `expected-loss`.
     """
     ops = completions(history)
     reads = reads_of(ops)
+    has_final = any(op.get("final") for op in ops)
+    final = reads_of(ops, final_only=True) if has_final else reads
     writers = writers_of(ops)
     orders, inconsistent = version_orders(ops, reads)
     g1a, unexpected = aborted_and_unexpected_reads(reads, writers, attempted_values(ops))
     found: dict[str, list[dict[str, Any]]] = {
         "lost-write": lost_writes(orders, reads, writers),
-        "unseen": unseen(ops, reads),
+        "unseen": unseen(ops, final),
+        "vanished": vanished(reads, final) if has_final else [],
         "duplicate": duplicates(orders),
         "inconsistent-offsets": inconsistent,
         "unexpected": unexpected,

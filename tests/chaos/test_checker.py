@@ -149,6 +149,16 @@ def _above_hw() -> Builder:
     return b
 
 
+def _read_then_gone() -> Builder:
+    b = Builder()
+    b.send(1, 100, 0)
+    b.send(1, 101, 1)
+    b.poll(8, [(0, 100), (1, 101)])
+    b.send(2, 200, 1)  # offset 1 reused: 101 was lost after a consumer saw it
+    b.poll(9, [(0, 100), (1, 200)], final=True)
+    return b
+
+
 @pytest.mark.parametrize(
     ("build", "kind"),
     [
@@ -164,6 +174,8 @@ def _above_hw() -> Builder:
         (_nonmonotonic_send, "nonmonotonic-send"),
         (_unseen, "unseen"),
         (_above_hw, "poll-above-hw"),
+        (_read_then_gone, "vanished"),
+        (_read_then_gone, "unseen"),
     ],
     ids=lambda x: x if isinstance(x, str) else "",
 )
@@ -288,7 +300,8 @@ def correct_histories(draw: st.DrawFn) -> list[Op]:
             reader_pos[reader] = end
         del step
     final = history.invoke(99, "poll", None)
-    history.complete(final, "ok", [["poll", {K: [[o, v] for o, v in enumerate(log)]}]])
+    everything = [["poll", {K: [[o, v] for o, v in enumerate(log)]}]]
+    history.complete(final, "ok", everything, final=True)
     return history.ops
 
 
