@@ -6,6 +6,13 @@ the client process's CPU seconds per MiB of record payload. Every case writes to
 own fresh topic (single partition, `--replication-factor`, 3 by default).
 
     python -m benchmarks.client_bench --bootstrap 127.0.0.1:9092 [--records 300000] [--json]
+        [--batch-size BYTES]
+
+Start a cluster first, e.g. `minikafka dev --base-port 0 --data-dir /tmp/bench`, and use a
+fresh one for numbers you compare: a follower splits its replica-fetch byte budget over
+every partition it follows, idle ones included, so old benchmark topics slow the next run
+(once, on a busy 2-core box: 1 KiB acks=all fell from ~90 to ~68 MiB/s after 100 idle RF=3
+topics were added).
 
 Numbers move +-15-30 % between runs on a 2-core box (reference/performance.md §5):
 compare ratios from the same run, not absolute values across runs.
@@ -60,8 +67,16 @@ def measure(case: str, records: int, record_bytes: int, run: Callable[[], None])
     )
 
 
-def produce(bootstrap: str, topic: str, records: int, value: bytes, acks: int | str) -> None:
-    with Producer(bootstrap_servers=bootstrap, acks=acks, linger_ms=5) as producer:
+def produce(
+    bootstrap: str,
+    topic: str,
+    records: int,
+    value: bytes,
+    acks: int | str,
+    batch_size: int | None = None,
+) -> None:
+    config: dict[str, Any] = {} if batch_size is None else {"batch_size": batch_size}
+    with Producer(bootstrap_servers=bootstrap, acks=acks, linger_ms=5, **config) as producer:
         send = producer.send
         last = None
         for _ in range(records):
@@ -94,6 +109,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bootstrap", required=True, help="HOST:PORT of any broker")
     parser.add_argument("--records", type=int, default=300_000, help="records per 100 B case")
     parser.add_argument("--replication-factor", type=int, default=3)
+    parser.add_argument(
+        "--batch-size", type=int, default=None, help="producer batch_size (default: the client's)"
+    )
     parser.add_argument("--json", action="store_true", help="print JSON lines")
     args = parser.parse_args(argv)
     try:
@@ -120,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
                         count,
                         size,
                         lambda t=topic, c=count, v=value, a=acks: produce(  # type: ignore[misc]
-                            args.bootstrap, t, c, v, a
+                            args.bootstrap, t, c, v, a, args.batch_size
                         ),
                     )
                 )

@@ -301,7 +301,8 @@ class Broker:
             settings=FetcherSettings(
                 broker_id=config.broker_id,
                 max_wait_ms=config.replica_fetch_wait_max_ms,
-                max_bytes=config.replica_fetch_max_bytes,
+                max_bytes=config.replica_fetch_response_max_bytes,
+                partition_max_bytes=config.replica_fetch_max_bytes,
                 backoff_ms=config.replica_fetch_backoff_ms,
                 broker_epoch=lambda: link.broker_epoch,
                 now_ms=self.clock.wall_ms,

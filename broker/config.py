@@ -26,7 +26,9 @@ class BrokerConfig(msgspec.Struct, frozen=True, kw_only=True):
     # Replication
     replica_lag_time_max_ms: PositiveMs = 10_000
     replica_fetch_wait_max_ms: PositiveMs = 500
-    replica_fetch_max_bytes: PositiveMs = 8 * 1024 * 1024
+    #: Total bytes of one follower fetch response, and each partition's share of it.
+    replica_fetch_response_max_bytes: PositiveMs = 10 * 1024 * 1024
+    replica_fetch_max_bytes: PositiveMs = 2 * 1024 * 1024
     replica_fetch_backoff_ms: PositiveMs = 100
     # Requests
     request_timeout_ms_max: PositiveMs = 120_000

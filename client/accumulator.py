@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Generator, Iterable
 from typing import Any, NamedTuple
@@ -245,12 +246,13 @@ class RecordAccumulator:
         tp: TopicPartition,
         record: RecordInput,
         size: int,
-        now_ms: float,
+        now_ms: float | None,
         batch_size: int | None = None,
     ) -> tuple[FutureRecordMetadata, bool]:
         """Add `record` to the open batch of `tp`; returns its future and whether the
-        sender should be woken (a batch was created or filled). `batch_size` overrides
-        the accumulator's for this topic. Raises `BufferFull`."""
+        sender should be woken (a batch was created or filled). `now_ms` (monotonic) is
+        read from the clock when None, only if a batch is created; `batch_size`
+        overrides the accumulator's for this topic. Raises `BufferFull`."""
         if batch_size is None:
             batch_size = self.batch_size
         with self._lock:
@@ -279,6 +281,8 @@ class RecordAccumulator:
             ):
                 if batch is not None and not batch.closed:
                     batch.closed = True
+                if now_ms is None:
+                    now_ms = time.monotonic() * 1000
                 batch = ProducerBatch(tp, now_ms)
                 queue.append(batch)
                 self._open[tp] = batch

@@ -68,7 +68,8 @@ class DefaultPartitioner:
 
     def __init__(self, rng: random.Random | None = None) -> None:
         self._rng = rng or random.Random()
-        self._sticky: dict[str, int] = {}
+        #: topic -> the partition unkeyed records go to now (read it, never write it).
+        self.sticky: dict[str, int] = {}
 
     def __call__(
         self,
@@ -79,20 +80,20 @@ class DefaultPartitioner:
     ) -> int:
         if key is not None:
             return default_partition(key, len(all_partitions))
-        current = self._sticky.get(topic)
+        current = self.sticky.get(topic)
         if current is not None:
             return current
         return self._choose(topic, all_partitions, available, avoid=None)
 
     def reset(self, topic: str) -> None:
         """Forget the sticky partition of `topic` (its partition list changed)."""
-        self._sticky.pop(topic, None)
+        self.sticky.pop(topic, None)
 
     def on_new_batch(
         self, topic: str, previous: int, all_partitions: Sequence[int], available: Sequence[int]
     ) -> None:
         """The batch on `previous` was closed: stick to another partition from now on."""
-        if self._sticky.get(topic) == previous:
+        if self.sticky.get(topic) == previous:
             self._choose(topic, all_partitions, available, avoid=previous)
 
     def _choose(
@@ -106,5 +107,5 @@ class DefaultPartitioner:
         if len(pool) > 1 and avoid is not None:
             pool = [p for p in pool if p != avoid] or pool
         chosen = pool[self._rng.randrange(len(pool))]
-        self._sticky[topic] = chosen
+        self.sticky[topic] = chosen
         return chosen

@@ -186,6 +186,7 @@ class AsyncProducer:
         self._metadata_max_age_ms = metadata_max_age_ms
         self._user_partitioner = partitioner
         self._partitioner = DefaultPartitioner()
+        self._sticky = self._partitioner.sticky
         self._key_serializer = key_serializer
         self._value_serializer = value_serializer
         self.accumulator = RecordAccumulator(batch_size=batch_size, buffer_memory=buffer_memory)
@@ -428,7 +429,7 @@ class AsyncProducer:
         assert self._conn is not None
         view = self._conn.view
         cached = self._topic_cache.get(topic)
-        if cached is None or cached.view is not view:
+        if cached is None or cached[0] is not view:
             found = view.partitions_for(topic)
             if found is None:
                 return "metadata"
@@ -442,13 +443,15 @@ class AsyncProducer:
                 batch_size=topic_batch_size(self.accumulator.batch_size, view, topic),
             )
             self._topic_cache[topic] = cached
-        partitions = cached.partitions
+        _view, partitions, available, tps, batch_size = cached
         if partition is None:
             if self._user_partitioner is not None:
-                partition = self._user_partitioner(key, partitions, cached.available)
+                partition = self._user_partitioner(key, partitions, available)
+            elif key is None and topic in self._sticky:
+                partition = self._sticky[topic]
             else:
-                partition = self._partitioner(topic, key, partitions, cached.available)
-        elif partition not in cached.tps:
+                partition = self._partitioner(topic, key, partitions, available)
+        elif partition not in tps:
             raise ValueError(
                 f"partition {partition} of {topic!r} does not exist (partitions {partitions})"
             )
@@ -460,17 +463,13 @@ class AsyncProducer:
             timestamp_ms = time.time_ns() // 1_000_000
         try:
             future, wake = self.accumulator.append(
-                cached.tps[partition],
-                (timestamp_ms, key, value, headers),
-                size,
-                _now_ms(),
-                cached.batch_size,
+                tps[partition], (timestamp_ms, key, value, headers), size, None, batch_size
             )
         except BufferFull:
             return "buffer"
         if wake:
             if key is None and self._user_partitioner is None and future._index > 0:
-                self._partitioner.on_new_batch(topic, partition, partitions, cached.available)
+                self._partitioner.on_new_batch(topic, partition, partitions, available)
             self._wake_threadsafe()
         return future
 

@@ -41,6 +41,7 @@ class FetcherSettings:
         broker_id: int,
         max_wait_ms: int,
         max_bytes: int,
+        partition_max_bytes: int,
         backoff_ms: int,
         broker_epoch: Callable[[], int],
         now_ms: Callable[[], int],
@@ -48,6 +49,7 @@ class FetcherSettings:
         self.broker_id = broker_id
         self.max_wait_ms = max_wait_ms
         self.max_bytes = max_bytes
+        self.partition_max_bytes = partition_max_bytes
         self.backoff_ms = backoff_ms
         self.broker_epoch = broker_epoch
         self.now_ms = now_ms
@@ -128,7 +130,10 @@ class ReplicaFetcher:
             min_bytes=1,
             max_bytes=self._settings.max_bytes,
         )
-        per_partition = max(64 * 1024, self._settings.max_bytes // max(1, len(ready)))
+        # Kafka's rule: each partition has its own limit (the leader still returns at least
+        # one whole batch) and the response as a whole is capped by max_bytes; idle
+        # partitions must not shrink a busy one's share.
+        per_partition = self._settings.partition_max_bytes
         for (topic, index), partition in ready.items():
             fetch_offset, last_epoch = partition.fetch_position()
             request.partitions.add(

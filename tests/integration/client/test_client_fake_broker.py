@@ -350,3 +350,33 @@ async def test_truncation_resets_when_asked(broker: ScriptedBroker) -> None:
             (6, b"new-6", 2),
         ]
         assert await consumer.position(tp) == 7
+
+
+async def test_the_next_fetch_travels_before_the_previous_response_is_consumed(
+    broker: ScriptedBroker,
+) -> None:
+    second_fetch = asyncio.Event()
+
+    def endless(p: broker_pb2.FetchPartition) -> broker_pb2.FetchPartitionResponse:
+        if len(broker.fetch_requests) >= 2:
+            second_fetch.set()
+        response = broker_pb2.FetchPartitionResponse(
+            topic=p.topic, partition=p.partition, high_watermark=1000, leader_epoch=3
+        )
+        if p.partition == 0:
+            response.records = batch_at(p.fetch_offset, 1, [b"v"] * 10)
+        return response
+
+    broker.fetch_handler = endless
+    tp = TopicPartition("t", 0)
+    async with AsyncConsumer(
+        bootstrap_servers=address(broker), auto_offset_reset="earliest", fetch_max_wait_ms=50
+    ) as consumer:
+        consumer.assign([tp])
+        await asyncio.wait_for(second_fetch.wait(), 5)
+        # Nothing was consumed yet, and the second response is already on its way.
+        assert [p.fetch_offset for p in broker.fetch_requests][:2] == [0, 10]
+        got = await consumer.getmany(timeout_ms=5000, max_records=15)
+        offsets = [r.offset for r in got[tp]]
+        assert offsets in (list(range(10)), list(range(15)))  # one or both responses
+        assert await consumer.position(tp) == len(offsets)

@@ -181,3 +181,21 @@ def test_retry_back_off_delays_the_batch() -> None:
     acc.reenqueue(batch, 100.0)
     assert acc.drain(50.0, 0.0, always).next_ready_ms == 100.0
     assert acc.drain(100.0, 0.0, always).batches == [batch]
+
+
+def test_a_topic_batch_size_overrides_the_default() -> None:
+    acc = RecordAccumulator(batch_size=1000, buffer_memory=100_000)
+    size = estimate_size(None, b"x" * 84, None)  # 100 bytes
+    batches = {
+        acc.append(TP, (1000, None, b"x" * 84, None), size, 0.0, 250)[0]._batch for _ in range(6)
+    }
+    assert sorted(b.record_count for b in batches) == [2, 2, 2]
+    assert sum(b.closed for b in batches) == 2  # the last one is still open
+
+
+def test_heads_are_the_next_batch_of_each_partition() -> None:
+    acc = RecordAccumulator(batch_size=150, buffer_memory=100_000)
+    first = append(acc, TP, b"x" * 84)[0]._batch
+    append(acc, TP, b"x" * 84)  # a second batch on TP
+    other = append(acc, TP1, b"x" * 84)[0]._batch
+    assert set(acc.heads()) == {first, other}

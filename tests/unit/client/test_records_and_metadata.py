@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from client.metadata import ClusterView
-from client.producer import AsyncProducer, parse_acks
+from client.producer import AsyncProducer, parse_acks, topic_batch_size
 from client.records import ConsumerRecord, decode_fetched
 from client.transport import parse_bootstrap
-from minikafka.record_batch import Compression, CorruptBatchError, build_batch, stamp
+from minikafka.record_batch import HEADER_SIZE, Compression, CorruptBatchError, build_batch, stamp
 from minikafka.v1 import broker_pb2, common_pb2
 
 
@@ -153,3 +153,36 @@ def test_producer_config_validation(kwargs: dict[str, object], message: str) -> 
 def test_idempotence_defaults_follow_acks() -> None:
     assert AsyncProducer("h:1").idempotent
     assert not AsyncProducer("h:1", acks=1).idempotent
+
+
+def view_with_configs(configs: dict[str, str]) -> ClusterView:
+    return ClusterView.from_response(
+        broker_pb2.MetadataResponse(
+            brokers=[common_pb2.BrokerEndpoint(broker_id=1, host="h", port=1)],
+            topics=[
+                common_pb2.TopicMetadata(
+                    name="t",
+                    configs=configs,
+                    partitions=[common_pb2.PartitionMetadata(partition=0, leader=1, isr=[1])],
+                )
+            ],
+        )
+    )
+
+
+@pytest.mark.parametrize(
+    ("configs", "topic", "expected"),
+    [
+        ({}, "t", 1 << 20),
+        ({"max.message.bytes": "5000"}, "t", 5000 - HEADER_SIZE),
+        ({"max.message.bytes": str(4 << 20)}, "t", 1 << 20),
+        ({"max.message.bytes": "10"}, "t", 1),
+        ({"max.message.bytes": "junk"}, "t", 1 << 20),
+        ({"max.message.bytes": "5000"}, "unknown", 1 << 20),
+    ],
+    ids=["no-config", "smaller-limit", "larger-limit", "tiny-limit", "not-a-number", "no-topic"],
+)
+def test_topic_batch_size_fits_max_message_bytes(
+    configs: dict[str, str], topic: str, expected: int
+) -> None:
+    assert topic_batch_size(1 << 20, view_with_configs(configs), topic) == expected
