@@ -2,4 +2,4 @@
 
 from minikafka.cli import main
 
-main()
+main(prog_name="minikafka")

@@ -47,6 +47,20 @@ def config_file_option(func: F) -> F:
     )(func)
 
 
+def config_file_only_option(func: F) -> F:
+    """The TOML file option for commands where `--config` means something else (Kafka's
+    `kafka-topics.sh --create --config key=value`)."""
+    return click.option(
+        "--config-file",
+        "config_file",
+        type=click.Path(dir_okay=False),
+        is_eager=True,
+        expose_value=False,
+        callback=_load_config_file,
+        help="TOML file with option values (keys are option names).",
+    )(func)
+
+
 def opt(*names: str, **kwargs: Any) -> Callable[[F], F]:
     """click.option with the MINIKAFKA_* environment variable named after the long flag."""
     long_name = next(name for name in names if name.startswith("--"))
@@ -477,18 +491,18 @@ def topic() -> None:
 
 
 @topic.command("create", context_settings=CONTEXT_SETTINGS)
-@config_file_option
+@config_file_only_option
 @bootstrap_option
 @click.argument("name")
 @opt("--partitions", type=click.IntRange(min=1), default=1, show_default=True)
 @opt("--replication-factor", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option(
+    "--config",
     "--topic-config",
-    "--config-entry",
     "configs",
     multiple=True,
     metavar="KEY=VALUE",
-    help="Topic config, e.g. min.insync.replicas=2 (repeatable).",
+    help="Topic config as in kafka-topics.sh, e.g. --config min.insync.replicas=2 (repeatable).",
 )
 def topic_create(
     bootstrap_server: str,
@@ -497,7 +511,8 @@ def topic_create(
     replication_factor: int,
     configs: tuple[str, ...],
 ) -> None:
-    """Create topic NAME."""
+    """Create topic NAME (here --config KEY=VALUE is a topic config; the options file is
+    --config-file FILE)."""
     from client import Admin, NewTopic
 
     try:
