@@ -7,6 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 EXTRAS ?= dev,spark
 PYTEST_ARGS ?=
+PROFILES ?=
 COMPOSE ?= $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose)
 
 .PHONY: install run test test-unit test-integration chaos lint fmt proto proto-check bench up down clean
@@ -59,11 +60,11 @@ bench: install  ## storage, throughput, latency and failover benchmarks (with pe
 	$(BIN)/python -m pip install --quiet -e ".[$(EXTRAS),bench]"
 	$(BIN)/python -m benchmarks
 
-up:  ## docker-compose cluster (see README)
-	$(COMPOSE) -f deploy/docker-compose.yml up -d --build --wait
+up: install  ## docker-compose cluster (see README); PROFILES="--profile monitoring" for extras
+	MINIKAFKA_COMPOSE="$(COMPOSE)" deploy/up.sh $(PROFILES)
 
-down:
-	$(COMPOSE) -f deploy/docker-compose.yml down -v
+down:  ## stop the compose cluster and delete its data
+	MINIKAFKA_COMPOSE="$(COMPOSE)" deploy/down.sh
 
 clean:
 	rm -rf build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache
