@@ -131,7 +131,7 @@ class Broker:
             await self._serve(logs, data_dir, ready)
         finally:
             logs.shutdown()
-            logger.info("broker %s stopped cleanly", config.broker_id)
+            logger.info("broker %s stopped; logs flushed and checkpointed", config.broker_id)
 
     async def _serve(self, logs: LogManager, data_dir: Path, ready: asyncio.Event | None) -> None:
         config = self.config
@@ -146,9 +146,7 @@ class Broker:
         self.metrics.watch_partitions(PartitionGaugeSource(lambda: _gauge_rows(replicas)))
 
         server = grpc.aio.server(options=GRPC_OPTIONS)
-        self.bound_port = server.add_insecure_port(f"{host}:{port}")
-        if self.bound_port == 0:
-            raise OSError(f"cannot listen on {config.listen}")
+        self.bound_port = _bind(server, host, port, what=config.listen)
         adv_host, adv_port = (
             parse_host_port(config.advertise, what="--advertise")
             if config.advertise
@@ -159,9 +157,7 @@ class Broker:
         if config.external_listen:
             bind_host, bind_port = parse_host_port(config.external_listen, what="--external-listen")
             external_server = grpc.aio.server(options=GRPC_OPTIONS)
-            bound = external_server.add_insecure_port(f"{bind_host}:{bind_port}")
-            if bound == 0:
-                raise OSError(f"cannot listen on {config.external_listen}")
+            bound = _bind(external_server, bind_host, bind_port, what=config.external_listen)
             ext_host, ext_port = (
                 parse_host_port(config.external_advertise, what="--external-advertise")
                 if config.external_advertise
@@ -357,6 +353,17 @@ class Broker:
             if now >= next_retention:
                 logs.run_retention(self.clock.wall_ms())
                 next_retention = now + config.log_retention_check_interval_ms
+
+
+def _bind(server: grpc.aio.Server, host: str, port: int, *, what: str) -> int:
+    """Bind a listening port; a clear OSError if the address is taken or unavailable."""
+    try:
+        bound = server.add_insecure_port(f"{host}:{port}")
+    except RuntimeError as exc:  # grpc reports a failed bind this way
+        raise OSError(f"cannot listen on {what}: the address is in use or not available") from exc
+    if bound == 0:
+        raise OSError(f"cannot listen on {what}: the address is in use or not available")
+    return bound
 
 
 class _Stop(Exception):

@@ -199,7 +199,7 @@ def broker(
         )
     try:
         run(config)
-    except ConfigError as exc:
+    except (ConfigError, OSError) as exc:
         _fail(str(exc))
 
 
@@ -267,7 +267,10 @@ def controller(
         config.validate()
     except ValueError as exc:
         _fail(str(exc))
-    run(config)
+    try:
+        run(config)
+    except OSError as exc:
+        _fail(str(exc))
 
 
 @main.command(context_settings=CONTEXT_SETTINGS)

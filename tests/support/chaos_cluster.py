@@ -81,6 +81,13 @@ class ChaosCluster(Cluster):
             self._controller_channel.close()
         self.net.close()
 
+    def _channel_to(self, address: str) -> grpc.Channel:
+        channel = self._channels.get(address)
+        if channel is None:
+            channel = grpc.insecure_channel(address)
+            self._channels[address] = channel
+        return channel
+
     # ---- observation (straight to the controller, never through a proxy) -------------
 
     def controller_stub(self) -> controller_pb2_grpc.ControllerServiceStub:
@@ -108,10 +115,35 @@ class ChaosCluster(Cluster):
         except (grpc.RpcError, KeyError, IndexError):
             return None
 
+    def replicas_of(self, topic: str, partition: int) -> list[int]:
+        reply = self.controller_stub().DescribeCluster(
+            controller_pb2.DescribeClusterRequest(topics=[topic]), timeout=5
+        )
+        for part in reply.topics[0].partitions:
+            if part.partition == partition:
+                return sorted(part.replicas)
+        raise KeyError((topic, partition))
+
     def wait_full_isr(self, topic: str, partitions: int, timeout_s: float = 40.0) -> None:
-        everyone = sorted(self.brokers)
+        """Until every partition's ISR holds all its replicas."""
         for p in range(partitions):
-            self.wait_isr(topic, p, everyone, timeout_s=timeout_s)
+            self.wait_isr(topic, p, self.replicas_of(topic, p), timeout_s=timeout_s)
+
+    def truncate_tail(
+        self, broker_id: int, topic: str, partition: int, *, rng: random.Random
+    ) -> dict[str, Any]:
+        """Power loss of a STOPPED broker: cut its last segment at a random byte inside
+        the last third of the file (losing a suffix, possibly tearing a batch)."""
+        assert not self.brokers[broker_id].alive(), "truncate only a stopped broker"
+        segments = sorted(self.partition_dir(broker_id, topic, partition).glob("*.log"))
+        segment = next(s for s in reversed(segments) if s.stat().st_size > 0)
+        size = segment.stat().st_size
+        keep = rng.randrange(size * 2 // 3, size)
+        with segment.open("r+b") as data:
+            data.truncate(keep)
+        info = {"segment": segment.name, "size": size, "kept": keep}
+        self.record("truncate", broker=broker_id, topic=topic, partition=partition, **info)
+        return info
 
     # ---- nemeses -------------------------------------------------------------------
 

@@ -91,12 +91,14 @@ class Cluster:
     def start(self) -> Cluster:
         self.root.mkdir(parents=True, exist_ok=True)
         self.controller.start()
+        if self.controller.address != self.controller_address:  # it had to move port
+            self.controller_address = self.controller.address
+            for process in self.brokers.values():
+                process.args[process.args.index("--controller") + 1] = self.controller_address
         for process in self.brokers.values():
             process.start(wait=False)
         for process in self.brokers.values():
-            from tests.support.processes import wait_healthy
-
-            wait_healthy(process.address, proc=process.proc)
+            process.wait_healthy()
         self.wait_active(len(self.brokers))
         return self
 

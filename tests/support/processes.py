@@ -58,6 +58,25 @@ class ServerProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self.paused = False
 
+    def wait_healthy(self, retries: int = 3) -> None:
+        """Wait until healthy; if the process lost its port to another process between
+        `free_port()` and its bind, move it to a fresh port and start it again."""
+        for attempt in range(retries + 1):
+            try:
+                wait_healthy(self.address, proc=self.proc)
+                return
+            except RuntimeError:
+                if attempt == retries or "cannot listen on" not in self.log_text():
+                    raise
+                self._rebind()
+                self.start(wait=False)
+
+    def _rebind(self) -> None:
+        index = self.args.index("--listen") + 1
+        host = self.args[index].rpartition(":")[0]
+        self.address = f"{host}:{free_port()}"
+        self.args[index] = self.address
+
     def start(self, *, wait: bool = True) -> ServerProcess:
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         with open(self.log_path, "ab") as log:
@@ -68,7 +87,7 @@ class ServerProcess:
                 env=env,
             )
         if wait:
-            wait_healthy(self.address, proc=self.proc)
+            self.wait_healthy()
         return self
 
     @property
