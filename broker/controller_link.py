@@ -27,10 +27,15 @@ logger = logging.getLogger(__name__)
 
 RPC_TIMEOUT_S = 5.0
 BACKOFF_MS_MIN = 50
-BACKOFF_MS_MAX = 1000
+BACKOFF_MS_MAX = 500
 GRPC_OPTIONS = [
     ("grpc.max_send_message_length", 64 * 1024 * 1024),
     ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+    # gRPC's default reconnect back-off grows to minutes: a peer that was down for a few
+    # seconds would then stay unreachable long after it came back.
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1_000),
 ]
 
 

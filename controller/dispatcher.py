@@ -89,6 +89,11 @@ class Dispatcher:
         self._channel_options = [
             ("grpc.max_send_message_length", max_message_bytes),
             ("grpc.max_receive_message_length", max_message_bytes),
+            # Default reconnect back-off grows to minutes; a restarted broker must be
+            # reachable again within a heartbeat or two.
+            ("grpc.initial_reconnect_backoff_ms", 100),
+            ("grpc.min_reconnect_backoff_ms", 100),
+            ("grpc.max_reconnect_backoff_ms", 1_000),
         ]
         self._links: dict[int, _BrokerLink] = {}
         self._tasks: list[asyncio.Task[None]] = []

@@ -30,6 +30,11 @@ logger = logging.getLogger(__name__)
 GRPC_OPTIONS = [
     ("grpc.max_send_message_length", 64 * 1024 * 1024),
     ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+    # gRPC's default reconnect back-off grows to minutes: a peer that was down for a few
+    # seconds would then stay unreachable long after it came back.
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1_000),
 ]
 RPC_MARGIN_S = 5.0
 
