@@ -150,9 +150,14 @@ class FutureRecordMetadata:
         return RecordMetadata(batch.tp.topic, batch.tp.partition, offset, timestamp, ts_type)
 
     def result(self, timeout: float | None = None) -> RecordMetadata:
+        future = self._batch.future
         try:
-            return self._metadata(self._batch.future.result(timeout))
+            return self._metadata(future.result(timeout))
         except concurrent.futures.TimeoutError:
+            # On Python >= 3.11 this is the builtin TimeoutError, which the batch's own
+            # KafkaTimeoutError (delivery timeout) also is: re-raise that one as it is.
+            if future.done():
+                raise
             raise KafkaTimeoutError(
                 f"record not acknowledged within {timeout} s (it may still be delivered)"
             ) from None

@@ -73,6 +73,7 @@ class BrokerConnections:
         client_id: str = "minikafka-python",
     ) -> None:
         self._bootstrap = parse_bootstrap(bootstrap_servers)
+        self._rotation = -1
         self.request_timeout_ms = request_timeout_ms
         self.retry_backoff_ms = retry_backoff_ms
         self.metadata_max_age_ms = metadata_max_age_ms
@@ -102,12 +103,15 @@ class BrokerConnections:
         return self.stub(broker.address)
 
     def any_stub_addresses(self) -> list[str]:
-        """Known brokers first, then the bootstrap list (deduplicated)."""
+        """Known brokers, then the bootstrap list (deduplicated), starting one further on
+        at every call: a broker cut off from the controller answers with stale metadata,
+        and repeated refreshes must not keep asking only that one."""
         seen: list[str] = [b.address for b in self.view.brokers.values()]
         for address in self._bootstrap:
             if address not in seen:
                 seen.append(address)
-        return seen
+        self._rotation = (self._rotation + 1) % max(1, len(seen))
+        return seen[self._rotation :] + seen[: self._rotation]
 
     async def close(self) -> None:
         self._closed = True
