@@ -87,7 +87,8 @@ class ClusterView(msgspec.Struct, frozen=True, kw_only=True):
         """`newer` for brokers and the refreshed topics; our view for topics not asked for."""
         asked = set(refreshed_topics)
         topics = {name: t for name, t in self.topics.items() if name not in asked and asked}
-        topics.update(newer.topics)
+        for name, fresh in newer.topics.items():
+            topics[name] = _no_older_epochs(self.topics.get(name), fresh)
         return ClusterView(
             cluster_id=newer.cluster_id or self.cluster_id,
             controller_id=newer.controller_id,
@@ -139,3 +140,20 @@ class ClusterView(msgspec.Struct, frozen=True, kw_only=True):
                 if broker is not None and broker.rack == client_rack:
                     return broker
         return leader
+
+
+def _no_older_epochs(known: TopicInfo | None, fresh: TopicInfo) -> TopicInfo:
+    """`fresh`, except partitions whose leader epoch is older than what we know (KIP-320:
+    a broker cut off from the controller answers with a stale view; never go back to it).
+    A topic whose partition set changed is taken as it is (it was re-created)."""
+    if known is None or set(known.partitions) != set(fresh.partitions):
+        return fresh
+    partitions = {
+        index: (
+            known.partitions[index]
+            if known.partitions[index].leader_epoch > info.leader_epoch
+            else info
+        )
+        for index, info in fresh.partitions.items()
+    }
+    return msgspec.structs.replace(fresh, partitions=partitions)

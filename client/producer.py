@@ -703,7 +703,13 @@ class AsyncProducer:
             error = from_response(
                 code, result.error_message, context=f"Produce {batch.tp.topic}-{batch.tp.partition}"
             )
-            if code in INVALID_METADATA_CODES:
+            if code in INVALID_METADATA_CODES or code in (
+                ErrorCode.REQUEST_TIMED_OUT,
+                ErrorCode.NOT_ENOUGH_REPLICAS,
+                ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+            ):
+                # A leader that cannot replicate may have been replaced behind its back
+                # (it is cut off from the controller): look again before retrying.
                 refresh.append(batch.tp)
             if code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER and self._earlier_pending(batch):
                 self._retry_or_fail(batch, error)

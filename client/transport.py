@@ -156,7 +156,7 @@ class BrokerConnections:
                     errors.append(f"{address}: {exc.code().name} {exc.details()}")
                     continue
                 fresh = ClusterView.from_response(response)
-                self.view = self.view.merged(fresh, asked) if asked else fresh
+                self.view = self.view.merged(fresh, asked)
                 self._view_time_ms = time.monotonic() * 1000
                 self._updated.set()
                 self._updated = asyncio.Event()
