@@ -1,10 +1,8 @@
-"""`python -m benchmarks` (`make bench`): the benchmark suite.
+"""`python -m benchmarks` (`make bench`): the whole suite; see benchmarks/suite.py."""
 
-Runs the storage micro-benchmark (PartitionLog vs plain os.write, same run). The client
-throughput benchmark needs a running cluster: `python -m benchmarks.client_bench
---bootstrap HOST:PORT`.
-"""
+import sys
 
-from benchmarks.storage_bench import main
+from benchmarks.suite import main
 
-main()
+if __name__ == "__main__":
+    sys.exit(main())

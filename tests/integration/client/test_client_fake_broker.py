@@ -265,7 +265,8 @@ async def test_batches_behind_a_failed_one_keep_their_order_in_the_next_epoch(
 
 async def test_retriable_errors_stop_at_the_delivery_timeout(broker: ScriptedBroker) -> None:
     broker.produce_codes = [ErrorCode.NOT_ENOUGH_REPLICAS] * 10_000
-    async with producer(broker, request_timeout_ms=200, delivery_timeout_ms=400) as p:
+    # Long enough that at least one attempt is answered even on a loaded machine.
+    async with producer(broker, request_timeout_ms=200, delivery_timeout_ms=2000) as p:
         with pytest.raises(KafkaTimeoutError, match="NOT_ENOUGH_REPLICAS"):
             await p.send_and_wait("t", b"v", partition=0)
 
