@@ -1,0 +1,199 @@
+"""A minikafka cluster (controller + N brokers) as child processes for the benchmarks.
+
+Unlike `minikafka dev`, brokers can be killed (SIGKILL), paused (SIGSTOP), resumed and
+restarted by id, and every pid is exposed for CPU accounting. Only the processes
+started here are ever signalled, by pid.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import grpc
+
+from minikafka.devcluster import _free_port, wait_serving
+from minikafka.v1 import broker_pb2_grpc, controller_pb2
+
+STARTUP_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 20.0
+
+
+class BenchCluster:
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        brokers: int = 3,
+        session_timeout_ms: int = 1500,
+        heartbeat_interval_ms: int = 250,
+        log_level: str = "WARNING",
+    ) -> None:
+        self.data_dir = data_dir
+        self.log_level = log_level
+        self.controller_address = f"127.0.0.1:{_free_port()}"
+        self.broker_addresses = {i: f"127.0.0.1:{_free_port()}" for i in range(1, brokers + 1)}
+        self.session_timeout_ms = session_timeout_ms
+        self.heartbeat_interval_ms = heartbeat_interval_ms
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.paused: set[int] = set()
+
+    @property
+    def bootstrap(self) -> str:
+        live = [
+            address
+            for broker_id, address in self.broker_addresses.items()
+            if self.alive(broker_id) and broker_id not in self.paused
+        ]
+        return (live or list(self.broker_addresses.values()))[0]
+
+    def pids(self) -> dict[str, int]:
+        """Process name -> pid of every live process."""
+        return {name: proc.pid for name, proc in self.procs.items() if proc.poll() is None}
+
+    def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
+        with open(self.data_dir / f"{name}.log", "ab") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "minikafka", *args, "--log-level", self.log_level],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=dict(os.environ, PYTHONUNBUFFERED="1"),
+                start_new_session=True,
+            )
+        self.procs[name] = proc
+        return proc
+
+    def _broker_args(self, broker_id: int) -> list[str]:
+        return [
+            "broker",
+            "--id",
+            str(broker_id),
+            "--listen",
+            self.broker_addresses[broker_id],
+            "--controller",
+            self.controller_address,
+            "--data-dir",
+            str(self.data_dir / f"broker-{broker_id}"),
+        ]
+
+    def start(self) -> BenchCluster:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        controller = self._spawn(
+            "controller",
+            [
+                "controller",
+                "--id",
+                "0",
+                "--listen",
+                self.controller_address,
+                "--data-dir",
+                str(self.data_dir / "controller"),
+                "--session-timeout-ms",
+                str(self.session_timeout_ms),
+                "--heartbeat-interval-ms",
+                str(self.heartbeat_interval_ms),
+                "--no-auto-leader-rebalance",
+            ],
+        )
+        wait_serving(self.controller_address, controller, STARTUP_TIMEOUT_S)
+        for broker_id in self.broker_addresses:
+            self._spawn(f"broker-{broker_id}", self._broker_args(broker_id))
+        for broker_id, address in self.broker_addresses.items():
+            wait_serving(address, self.procs[f"broker-{broker_id}"], STARTUP_TIMEOUT_S)
+        self.wait_active(len(self.broker_addresses))
+        return self
+
+    def alive(self, broker_id: int) -> bool:
+        proc = self.procs.get(f"broker-{broker_id}")
+        return proc is not None and proc.poll() is None
+
+    def describe(
+        self, topics: list[str] | None = None, timeout_s: float = 5.0
+    ) -> controller_pb2.DescribeClusterResponse:
+        with grpc.insecure_channel(self.bootstrap) as channel:
+            stub = broker_pb2_grpc.BrokerServiceStub(channel)
+            request = controller_pb2.DescribeClusterRequest(topics=topics or [])
+            return stub.DescribeCluster(request, timeout=timeout_s)
+
+    def wait_active(self, count: int, timeout_s: float = STARTUP_TIMEOUT_S) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            with contextlib.suppress(grpc.RpcError):
+                if sum(1 for b in self.describe().brokers if not b.fenced) >= count:
+                    return
+            time.sleep(0.1)  # another process's state: nothing to wait on but polling
+        raise TimeoutError(f"{count} brokers did not become active within {timeout_s}s")
+
+    def partition_state(self, topic: str, partition: int = 0) -> tuple[int, int, list[int]]:
+        """(leader, leader epoch, sorted ISR) as the controller sees it."""
+        for part in self.describe([topic]).topics[0].partitions:
+            if part.partition == partition:
+                return part.leader, part.leader_epoch, sorted(part.isr)
+        raise KeyError((topic, partition))
+
+    def wait_isr(
+        self, topic: str, size: int, partition: int = 0, timeout_s: float = 60.0
+    ) -> tuple[int, int, list[int]]:
+        """Wait until the partition has a live leader and an ISR of `size` brokers."""
+        deadline = time.monotonic() + timeout_s
+        state: tuple[int, int, list[int]] | None = None
+        while time.monotonic() < deadline:
+            with contextlib.suppress(grpc.RpcError, KeyError, IndexError):
+                state = self.partition_state(topic, partition)
+                leader, _, isr = state
+                if leader > 0 and self.alive(leader) and len(isr) >= size:
+                    return state
+            time.sleep(0.05)  # another process's state: nothing to wait on but polling
+        raise TimeoutError(f"{topic}-{partition}: ISR of {size} not reached (last {state})")
+
+    def kill(self, broker_id: int) -> None:
+        """SIGKILL a broker and reap it."""
+        proc = self.procs[f"broker-{broker_id}"]
+        proc.kill()
+        proc.wait(timeout=10)
+        self.paused.discard(broker_id)
+
+    def pause(self, broker_id: int) -> None:
+        os.kill(self.procs[f"broker-{broker_id}"].pid, signal.SIGSTOP)
+        self.paused.add(broker_id)
+
+    def resume(self, broker_id: int) -> None:
+        os.kill(self.procs[f"broker-{broker_id}"].pid, signal.SIGCONT)
+        self.paused.discard(broker_id)
+
+    def restart(self, broker_id: int) -> None:
+        """Start a killed broker again on the same address and data directory."""
+        if self.alive(broker_id):
+            raise RuntimeError(f"broker {broker_id} is still running")
+        proc = self._spawn(f"broker-{broker_id}", self._broker_args(broker_id))
+        wait_serving(self.broker_addresses[broker_id], proc, STARTUP_TIMEOUT_S)
+
+    def stop(self) -> None:
+        """SIGTERM brokers, then the controller; SIGKILL whatever does not exit in time."""
+        for broker_id in list(self.paused):
+            with contextlib.suppress(ProcessLookupError):
+                self.resume(broker_id)
+        brokers = [p for n, p in self.procs.items() if n != "controller"]
+        controller = [p for n, p in self.procs.items() if n == "controller"]
+        for group in (brokers, controller):
+            for proc in group:
+                if proc.poll() is None:
+                    proc.send_signal(signal.SIGTERM)
+            for proc in group:
+                try:
+                    proc.wait(timeout=STOP_TIMEOUT_S)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(timeout=10)
+
+    def __enter__(self) -> BenchCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

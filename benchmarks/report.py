@@ -1,0 +1,233 @@
+"""The suite's output: the ratio table, acceptance checks, JSON and PNG plots."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from benchmarks.stats import CaseResult, FailoverResult, LatencyResult, ratio
+
+
+class SuiteResult(msgspec.Struct, kw_only=True):
+    started: str
+    quick: bool
+    seconds: float = 0.0
+    machine: dict[str, Any] = msgspec.field(default_factory=dict)
+    cases: list[CaseResult] = msgspec.field(default_factory=list)
+    latency: list[LatencyResult] = msgspec.field(default_factory=list)
+    rtt: dict[str, float] = msgspec.field(default_factory=dict)
+    failover: list[FailoverResult] = msgspec.field(default_factory=list)
+    storage: str = ""
+    skipped: list[str] = msgspec.field(default_factory=list)
+
+    def case(self, name: str) -> CaseResult | None:
+        return next((c for c in self.cases if c.name == name), None)
+
+
+def _fmt(value: float, digits: int = 2) -> str:
+    if value is None or math.isnan(value):
+        return "-"
+    return f"{value:.{digits}f}"
+
+
+def _rate(value: float) -> str:
+    if math.isnan(value):
+        return "-"
+    if value >= 1e6:
+        return f"{value / 1e6:.2f} M"
+    if value >= 1e3:
+        return f"{value / 1e3:.1f} k"
+    return f"{value:.0f}"
+
+
+def _get(result: SuiteResult, name: str, attr: str) -> float:
+    case = result.case(name)
+    return float(getattr(case, attr)) if case is not None else math.nan
+
+
+def ratios(result: SuiteResult, case: CaseResult) -> dict[str, float]:
+    """The same-run ratios that apply to a case."""
+    size = case.record_bytes
+    if case.group == "produce":
+        return {
+            "grpc": ratio(
+                case.mib_per_s, _get(result, f"grpc upload ceiling {size} B", "mib_per_s")
+            ),
+            "nats": ratio(
+                case.records_per_s,
+                _get(result, f"NATS JetStream R3 publish {size} B", "records_per_s"),
+            ),
+            "redis": ratio(
+                case.records_per_s, _get(result, f"Redis XADD {size} B", "records_per_s")
+            ),
+        }
+    if case.group == "consume":
+        return {
+            "grpc": ratio(case.mib_per_s, _get(result, "grpc download ceiling", "mib_per_s")),
+            "nats": math.nan,
+            "redis": ratio(
+                case.records_per_s, _get(result, f"Redis XREAD {size} B", "records_per_s")
+            ),
+        }
+    return {"grpc": math.nan, "nats": math.nan, "redis": math.nan}
+
+
+def table(result: SuiteResult) -> str:
+    lines = [
+        f"{'case':<38} {'rec/s':>9} {'MiB/s':>7} {'CPU s/MiB':>9} {'client':>7} "
+        f"{'servers':>7}  {'÷gRPC':>6} {'÷NATS':>6} {'÷Redis':>6}",
+    ]
+    for case in result.cases:
+        cpu = case.cpu_s_per_mib
+        client = cpu.get("client", math.nan)
+        total = cpu.get("total", math.nan)
+        r = ratios(result, case)
+        lines.append(
+            f"{case.name:<38} {_rate(case.records_per_s):>9} {case.mib_per_s:>7.1f} "
+            f"{_fmt(total, 4):>9} {_fmt(client, 4):>7} {_fmt(total - client, 4):>7}  "
+            f"{_fmt(r['grpc']):>6} {_fmt(r['nats'], 1):>6} {_fmt(r['redis'], 1):>6}"
+        )
+    if result.rtt:
+        lines.append(
+            f"\ngRPC unary 100 B round trip (B3): p50 {_fmt(result.rtt['p50_ms'])} ms, "
+            f"p99 {_fmt(result.rtt['p99_ms'])} ms"
+        )
+    for lat in result.latency:
+        b3_p50, b3_p99 = result.rtt.get("p50_ms", math.nan), result.rtt.get("p99_ms", math.nan)
+        lines.append(
+            f"{lat.name}: p50 {_fmt(lat.p50_ms)} ms, p99 {_fmt(lat.p99_ms)} ms, "
+            f"p99.9 {_fmt(lat.p999_ms)} ms  ((p50 - linger) ÷ B3 p50 = "
+            f"{_fmt(ratio(lat.p50_ms - lat.linger_ms, b3_p50), 1)}, p99 ÷ B3 p99 = "
+            f"{_fmt(ratio(lat.p99_ms, b3_p99), 1)})"
+        )
+    for fo in result.failover:
+        lines.append(
+            f"failover ({fo.mode:<4}): median {fo.median_ms:.0f} ms, max {fo.max_ms:.0f} ms over "
+            f"{len(fo.trials_ms)} trials {fo.trials_ms}; {fo.acked} acked, {fo.lost} lost "
+            f"({fo.notes})"
+        )
+    return "\n".join(lines)
+
+
+def acceptance(result: SuiteResult) -> list[tuple[str, bool | None, str]]:
+    """(target, met?, measured) for the issue's acceptance targets (None: not measured)."""
+    ours = result.case("produce 100 B RF=3 acks=all")
+    checks: list[tuple[str, bool | None, str]] = []
+    if ours is not None:
+        r = ratios(result, ours)
+        checks.append(
+            (
+                "RF=3 acks=all 100 B >= 10x NATS JetStream R3",
+                None if math.isnan(r["nats"]) else r["nats"] >= 10,
+                f"{_fmt(r['nats'], 1)}x",
+            )
+        )
+        checks.append(
+            (
+                "RF=3 acks=all 100 B >= 0.15x raw gRPC upload ceiling",
+                None if math.isnan(r["grpc"]) else r["grpc"] >= 0.15,
+                f"{_fmt(r['grpc'], 3)}x",
+            )
+        )
+    kill = next((f for f in result.failover if f.mode == "kill"), None)
+    if kill is not None:
+        checks.append(
+            (
+                "failover after kill -9 <= 1 s median, zero acked loss",
+                kill.median_ms <= 1000 and kill.lost == 0,
+                f"{kill.median_ms:.0f} ms, {kill.lost} lost",
+            )
+        )
+    return checks
+
+
+def acceptance_text(result: SuiteResult) -> str:
+    lines = ["acceptance:"]
+    for target, met, measured in acceptance(result):
+        verdict = "n/a " if met is None else ("PASS" if met else "MISS")
+        lines.append(f"  [{verdict}] {target}: {measured}")
+    return "\n".join(lines)
+
+
+def write_json(result: SuiteResult, path: Path) -> None:
+    data = msgspec.to_builtins(result)
+    data["ratios"] = {c.name: ratios(result, c) for c in result.cases}
+    data["acceptance"] = [{"target": t, "met": m, "measured": v} for t, m, v in acceptance(result)]
+    path.write_text(json.dumps(data, indent=1, default=str, allow_nan=True) + "\n")
+
+
+def plot(result: SuiteResult, directory: Path) -> list[Path]:
+    """throughput.png, latency.png and failover.png in `directory`."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written: list[Path] = []
+    produce = [c for c in result.cases if c.group in ("produce", "consume", "peer", "baseline")]
+    if produce:
+        fig, axes = plt.subplots(1, 2, figsize=(13, 5.5))
+        for axis, size in zip(axes, (100, 1024), strict=True):
+            cases = [c for c in produce if c.record_bytes == size]
+            names = [c.name.replace(f" {size} B", "") for c in cases]
+            colors = [
+                {"produce": "tab:blue", "consume": "tab:cyan", "peer": "tab:orange"}.get(
+                    c.group, "tab:gray"
+                )
+                for c in cases
+            ]
+            axis.barh(names, [c.records_per_s for c in cases], color=colors)
+            axis.set_xscale("log")
+            axis.set_xlabel("records/s (log scale; median of 3 runs)")
+            axis.set_title(f"{size} B records")
+            axis.invert_yaxis()
+            for index, case in enumerate(cases):
+                axis.text(
+                    case.records_per_s,
+                    index,
+                    f" {_rate(case.records_per_s)}",
+                    va="center",
+                    fontsize=8,
+                )
+        fig.suptitle("minikafka vs same-run baselines and peers (2 cores, loopback)")
+        fig.tight_layout()
+        path = directory / "throughput.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
+    if result.latency:
+        fig, axis = plt.subplots(figsize=(7, 4.5))
+        labels = ["p50", "p99", "p99.9"]
+        width = 0.8 / max(len(result.latency), 1)
+        for index, lat in enumerate(result.latency):
+            xs = [i + index * width for i in range(3)]
+            axis.bar(xs, [lat.p50_ms, lat.p99_ms, lat.p999_ms], width, label=lat.name)
+        if result.rtt:
+            axis.axhline(result.rtt["p50_ms"], color="gray", linestyle="--", label="gRPC RTT p50")
+        axis.set_xticks([i + 0.4 - width / 2 for i in range(3)], labels)
+        axis.set_ylabel("end-to-end latency, ms (per record, open loop)")
+        axis.legend(fontsize=8)
+        fig.tight_layout()
+        path = directory / "latency.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
+    if result.failover:
+        fig, axis = plt.subplots(figsize=(7, 4))
+        for index, fo in enumerate(result.failover):
+            axis.scatter([index] * len(fo.trials_ms), fo.trials_ms, label=fo.mode)
+            axis.hlines(fo.median_ms, index - 0.25, index + 0.25, color="black")
+        axis.set_xticks(range(len(result.failover)), [f.mode for f in result.failover])
+        axis.set_yscale("log")
+        axis.set_ylabel("fault -> first ack of a new write, ms")
+        axis.set_title("leader failover under acks=all (median line)")
+        fig.tight_layout()
+        path = directory / "failover.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
+    return written

@@ -1,0 +1,367 @@
+"""`python -m benchmarks` (`make bench`): the whole suite with same-run baselines and peers.
+
+Order: storage micro-benchmark; raw gRPC ceilings (upload at the producer's batch size,
+download at the consumer's fetch size, 100 B round trips); minikafka producer
+throughput (100 B and 1 KiB; RF=1 acks=1, RF=3 acks=1, RF=3 acks=all) and consumer
+catch-up on one 3-broker cluster; open-loop end-to-end latency; failover (kill -9 and
+SIGSTOP of the leader, own cluster); Redis Streams and NATS JetStream R3 driven from
+Python. Each measurement runs in a fresh spawned process: a warm-up and three runs,
+median reported. Writes results.json and PNG plots to --out.
+
+    python -m benchmarks [--quick] [--out benchmarks/results] [--skip peers,failover]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+from benchmarks import failover, grpc_baseline, peers, stats, workloads
+from benchmarks.cluster import BenchCluster
+from benchmarks.harness import in_worker
+from benchmarks.report import SuiteResult, acceptance_text, plot, table, write_json
+
+PARTS = ("storage", "grpc", "minikafka", "latency", "failover", "peers")
+SIZES = (100, 1024)
+#: (label, replication factor, acks) of the producer cases.
+PRODUCE_CONFIGS: tuple[tuple[str, int, int | str], ...] = (
+    ("RF=1 acks=1", 1, 1),
+    ("RF=3 acks=1", 3, 1),
+    ("RF=3 acks=all", 3, "all"),
+)
+
+
+class Budget:
+    """Run lengths: the full suite (< 10 min on 2 cores) or a --quick smoke run."""
+
+    def __init__(self, quick: bool) -> None:
+        self.quick = quick
+        self.seconds = 0.5 if quick else 2.0
+        self.runs = 3
+        self.latency_warmup_s = 0.5 if quick else 1.0
+        self.latency_run_s = 0.5 if quick else 3.0
+        self.failover_trials = 1 if quick else 5
+        self.storage_mib = 8 if quick else 64
+
+
+def _storage(budget: Budget) -> str:
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.storage_bench", "--total-mib", str(budget.storage_mib)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    return proc.stdout.strip()
+
+
+def _grpc(result: SuiteResult, budget: Budget, root: Path) -> None:
+    from client.producer import DEFAULT_BATCH_SIZE
+
+    address = f"127.0.0.1:{peers.free_port()}"
+    server = grpc_baseline.start_server(address, root / "grpc-baseline.log")
+    try:
+        for size in SIZES:
+            runs = in_worker(
+                grpc_baseline.throughput,
+                address,
+                server.pid,
+                direction="upload",
+                message_bytes=DEFAULT_BATCH_SIZE,
+                window=5,
+                seconds=budget.seconds,
+                runs=budget.runs,
+                record_bytes=size,
+            )
+            result.cases.append(
+                stats.summarize(
+                    f"grpc upload ceiling {size} B",
+                    group="baseline",
+                    system="grpc",
+                    record_bytes=size,
+                    runs=runs,
+                    notes=f"unary {DEFAULT_BATCH_SIZE >> 10} KiB messages, 5 in flight",
+                )
+            )
+        runs = in_worker(
+            grpc_baseline.throughput,
+            address,
+            server.pid,
+            direction="download",
+            message_bytes=4 << 20,
+            window=1,
+            seconds=budget.seconds,
+            runs=budget.runs,
+            record_bytes=1024,
+        )
+        result.cases.append(
+            stats.summarize(
+                "grpc download ceiling",
+                group="baseline",
+                system="grpc",
+                record_bytes=1024,
+                runs=runs,
+                notes="unary 4 MiB responses, 1 in flight (as one consumer fetch)",
+            )
+        )
+        rtts = in_worker(
+            grpc_baseline.round_trips, address, seconds=budget.seconds, runs=budget.runs
+        )
+        result.rtt = {
+            "p50_ms": stats.median([r["p50_ms"] for r in rtts]),
+            "p99_ms": stats.median([r["p99_ms"] for r in rtts]),
+        }
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
+def _minikafka(result: SuiteResult, budget: Budget, root: Path, parts: set[str]) -> None:
+    run_id = uuid.uuid4().hex[:6]
+    with BenchCluster(root / "cluster") as cluster:
+        pids = {n: p for n, p in cluster.pids().items()}
+        if "minikafka" in parts:
+            for size in SIZES:
+                for label, rf, acks in PRODUCE_CONFIGS:
+                    topic = f"bench-{run_id}-{size}-rf{rf}-acks{acks}"
+                    spec = workloads.ProduceSpec(
+                        bootstrap=cluster.bootstrap,
+                        topic=topic,
+                        replication_factor=rf,
+                        acks=acks,
+                        record_bytes=size,
+                        seconds=budget.seconds,
+                        runs=budget.runs,
+                        pids=pids,
+                    )
+                    runs = in_worker(workloads.produce_throughput, spec)
+                    result.cases.append(
+                        stats.summarize(
+                            f"produce {size} B {label}",
+                            group="produce",
+                            system="minikafka",
+                            record_bytes=size,
+                            runs=runs,
+                            notes="Producer, linger 5 ms, default batch/window",
+                        )
+                    )
+                    if acks == "all":
+                        consume = workloads.ConsumeSpec(
+                            bootstrap=cluster.bootstrap,
+                            topic=topic,
+                            record_bytes=size,
+                            seconds=budget.seconds,
+                            runs=budget.runs,
+                            pids=pids,
+                        )
+                        runs = in_worker(workloads.consume_catch_up, consume)
+                        result.cases.append(
+                            stats.summarize(
+                                f"consume {size} B catch-up RF=3",
+                                group="consume",
+                                system="minikafka",
+                                record_bytes=size,
+                                runs=runs,
+                                notes="AsyncConsumer, 4 MiB partition fetches, every value "
+                                "touched in Python",
+                            )
+                        )
+                    in_worker(workloads.drop_topics, cluster.bootstrap, [topic])
+        if "latency" in parts:
+            result.latency.append(_latency(cluster, budget, root, run_id))
+
+
+def _latency(cluster: BenchCluster, budget: Budget, root: Path, run_id: str) -> stats.LatencyResult:
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    spec = workloads.LatencySpec(
+        bootstrap=cluster.bootstrap,
+        topic=f"latency-{run_id}",
+        rate_per_s=10_000,
+        record_bytes=1024,
+        acks="all",
+        linger_ms=5,
+        warmup_s=budget.latency_warmup_s,
+        seconds_per_run=budget.latency_run_s,
+        runs=budget.runs,
+    )
+    in_worker(workloads.ensure_topic, spec.bootstrap, spec.topic, 3, {"min.insync.replicas": "2"})
+    ready = root / f"latency-{run_id}.ready"
+    spawn = get_context("spawn")
+    with (
+        ProcessPoolExecutor(1, mp_context=spawn) as consumer_pool,
+        ProcessPoolExecutor(1, mp_context=spawn) as producer_pool,
+    ):
+        consumed = consumer_pool.submit(workloads.latency_consumer, spec, str(ready))
+        workloads.wait_file(str(ready), 60)
+        sent = producer_pool.submit(workloads.latency_producer, spec).result()
+        outcome = consumed.result()
+    in_worker(workloads.drop_topics, spec.bootstrap, [spec.topic])
+    runs = outcome["runs"]
+    p50, p99, p999 = workloads.gather_latency(runs)
+    return stats.LatencyResult(
+        name=f"e2e RF=3 acks=all {spec.rate_per_s // 1000} k rec/s x 1 KiB, linger 5 ms",
+        rate_per_s=spec.rate_per_s,
+        record_bytes=spec.record_bytes,
+        linger_ms=spec.linger_ms,
+        runs=runs,
+        p50_ms=round(p50, 2),
+        p99_ms=round(p99, 2),
+        p999_ms=round(p999, 2),
+        delivered=int(outcome["delivered"]),
+        notes=f"{sent} sent; latency = consumer receive - intended send time",
+    )
+
+
+def _failover(result: SuiteResult, budget: Budget, root: Path) -> None:
+    spec = failover.FailoverSpec(
+        trials=budget.failover_trials, request_timeout_ms=1000, data_dir=str(root / "failover")
+    )
+    result.failover.extend(in_worker(failover.run_failover, spec))
+
+
+def _peers(result: SuiteResult, budget: Budget, root: Path) -> None:
+    missing = peers.ensure_installed(["redis-server", "nats-server"])
+    result.skipped.extend(f"{m} not installed (needs root and apt-get)" for m in missing)
+    if "redis-server" not in missing:
+        redis = peers.start_redis(root / "redis")
+        try:
+            for size in SIZES:
+                runs = in_worker(
+                    peers.redis_xadd,
+                    redis.ports[0],
+                    redis.pids(),
+                    record_bytes=size,
+                    seconds=budget.seconds,
+                    runs=budget.runs,
+                )
+                result.cases.append(
+                    stats.summarize(
+                        f"Redis XADD {size} B",
+                        group="peer",
+                        system="redis",
+                        record_bytes=size,
+                        runs=runs,
+                        notes="redis-py + hiredis, pipelines of 1000, no persistence",
+                    )
+                )
+                runs = in_worker(
+                    peers.redis_xread,
+                    redis.ports[0],
+                    redis.pids(),
+                    record_bytes=size,
+                    seconds=budget.seconds,
+                    runs=budget.runs,
+                )
+                result.cases.append(
+                    stats.summarize(
+                        f"Redis XREAD {size} B",
+                        group="peer",
+                        system="redis",
+                        record_bytes=size,
+                        runs=runs,
+                        notes="XREAD COUNT 10000",
+                    )
+                )
+                in_worker(peers.redis_reset, redis.ports[0])
+        finally:
+            redis.stop()
+    if "nats-server" not in missing:
+        nats = peers.start_nats_r3(root / "nats")
+        try:
+            for size in SIZES:
+                runs = in_worker(
+                    peers.nats_publish,
+                    nats.ports,
+                    nats.pids(),
+                    record_bytes=size,
+                    seconds=budget.seconds,
+                    runs=budget.runs,
+                )
+                result.cases.append(
+                    stats.summarize(
+                        f"NATS JetStream R3 publish {size} B",
+                        group="peer",
+                        system="nats",
+                        record_bytes=size,
+                        runs=runs,
+                        notes=f"nats-py, {peers.NATS_IN_FLIGHT} acked publishes in flight, "
+                        "file store, 3 servers",
+                    )
+                )
+        finally:
+            nats.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smoke run: short runs, 1 trial")
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
+    parser.add_argument("--skip", default="", help=f"comma-separated parts of {PARTS}")
+    parser.add_argument("--work-dir", type=Path, default=None, help="data dir (default: tmp)")
+    args = parser.parse_args(argv)
+    skip = {s.strip() for s in args.skip.split(",") if s.strip()}
+    unknown = skip - set(PARTS)
+    if unknown:
+        parser.error(f"unknown parts to skip: {sorted(unknown)}; known: {PARTS}")
+    parts = set(PARTS) - skip
+    budget = Budget(args.quick)
+    result = SuiteResult(
+        started=time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        quick=args.quick,
+        machine={
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "loadavg_at_start": os.getloadavg(),
+        },
+    )
+    steps: list[tuple[str, Callable[[Path], None]]] = []
+    if "storage" in parts:
+        steps.append(("storage", lambda root: setattr(result, "storage", _storage(budget))))
+    if "grpc" in parts:
+        steps.append(("gRPC ceilings", lambda root: _grpc(result, budget, root)))
+    if parts & {"minikafka", "latency"}:
+        steps.append(("minikafka", lambda root: _minikafka(result, budget, root, parts)))
+    if "failover" in parts:
+        steps.append(("failover", lambda root: _failover(result, budget, root)))
+    if "peers" in parts:
+        steps.append(("peers", lambda root: _peers(result, budget, root)))
+
+    from tqdm import tqdm  # type: ignore[import-untyped]
+
+    start = time.monotonic()
+    with tempfile.TemporaryDirectory(dir=args.work_dir, prefix="minikafka-bench-") as tmp:
+        root = Path(tmp)
+        with tqdm(steps, desc="benchmarks", unit="part", file=sys.stderr) as bar:
+            for name, step in bar:
+                bar.set_postfix_str(name)
+                try:
+                    step(root)
+                except Exception as exc:  # one broken part must not hide the others
+                    result.skipped.append(f"{name}: {type(exc).__name__}: {exc}")
+                    tqdm.write(f"{name} failed: {exc!r}", file=sys.stderr)
+    result.seconds = round(time.monotonic() - start, 1)
+    args.out.mkdir(parents=True, exist_ok=True)
+    write_json(result, args.out / "results.json")
+    plots = plot(result, args.out)
+    if result.storage:
+        print(result.storage)
+        print()
+    print(table(result))
+    print()
+    print(acceptance_text(result))
+    for note in result.skipped:
+        print(f"skipped/failed: {note}")
+    print(f"\n{args.out / 'results.json'}; plots: {', '.join(str(p) for p in plots)}")
+    print(f"suite took {result.seconds:.0f} s")
+    return 1 if any("failed" in s or ":" in s for s in result.skipped) else 0
