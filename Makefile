@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-EXTRAS ?= dev,spark
+EXTRAS ?= dev,spark,bench
 PYTEST_ARGS ?=
 PROFILES ?=
 COMPOSE ?= $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose)
@@ -57,7 +57,6 @@ proto-check: install  ## fail if the committed generated code is not what the .p
 	  || (echo "generated code is stale: run 'make proto' and commit" && exit 1)
 
 bench: install  ## storage, throughput, latency and failover benchmarks (with peers)
-	$(BIN)/python -m pip install --quiet -e ".[$(EXTRAS),bench]"
 	$(BIN)/python -m benchmarks
 
 up: install  ## docker-compose cluster (see README); PROFILES="--profile monitoring" for extras
