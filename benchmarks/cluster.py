@@ -32,7 +32,7 @@ class BenchCluster:
         brokers: int = 3,
         session_timeout_ms: int = 1500,
         heartbeat_interval_ms: int = 250,
-        log_level: str = "WARNING",
+        log_level: str = "INFO",
     ) -> None:
         self.data_dir = data_dir
         self.log_level = log_level

@@ -14,6 +14,7 @@ median reported. Writes results.json and PNG plots to --out.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import platform
 import subprocess
@@ -307,7 +308,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="smoke run: short runs, 1 trial")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     parser.add_argument("--skip", default="", help=f"comma-separated parts of {PARTS}")
-    parser.add_argument("--work-dir", type=Path, default=None, help="data dir (default: tmp)")
+    parser.add_argument(
+        "--work-dir", type=Path, default=None, help="data and logs, kept (default: a tmp dir)"
+    )
     args = parser.parse_args(argv)
     skip = {s.strip() for s in args.skip.split(",") if s.strip()}
     unknown = skip - set(PARTS)
@@ -340,8 +343,12 @@ def main(argv: list[str] | None = None) -> int:
     from tqdm import tqdm  # type: ignore[import-untyped]
 
     start = time.monotonic()
-    with tempfile.TemporaryDirectory(dir=args.work_dir, prefix="minikafka-bench-") as tmp:
-        root = Path(tmp)
+    with contextlib.ExitStack() as stack:
+        if args.work_dir is not None:  # kept afterwards: logs of every process are there
+            root = args.work_dir.resolve()
+            root.mkdir(parents=True, exist_ok=True)
+        else:
+            root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="mk-bench-")))
         with tqdm(steps, desc="benchmarks", unit="part", file=sys.stderr) as bar:
             for name, step in bar:
                 bar.set_postfix_str(name)

@@ -1,0 +1,121 @@
+"""Pure pieces of the benchmark harness: /proc parsing, percentiles, medians, ratios."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from benchmarks import procstat, stats
+from benchmarks.report import SuiteResult, acceptance, ratios
+from benchmarks.workloads import LatencySpec, slice_runs
+
+STAT = "1234 (py thon (x)) S 1 1234 1234 0 -1 4194560 100 0 0 0 250 40 0 0 20 0 3 0 1 2 3"
+
+
+def test_parse_cpu_ticks_counts_from_last_paren() -> None:
+    assert procstat.parse_cpu_ticks(STAT) == 290
+
+
+def test_parse_cpu_ticks_rejects_garbage() -> None:
+    with pytest.raises(ValueError, match="not a /proc"):
+        procstat.parse_cpu_ticks("garbage")
+
+
+def test_own_cpu_seconds_is_positive_and_missing_pid_is_zero() -> None:
+    import os
+
+    assert procstat.cpu_seconds(os.getpid()) > 0
+    assert procstat.cpu_seconds(2**22 + 12345) == 0.0
+
+
+@pytest.mark.parametrize(
+    ("values", "fraction", "expected"),
+    [
+        ([1.0], 0.5, 1.0),
+        ([1.0, 2.0, 3.0, 4.0], 0.5, 2.0),
+        ([float(i) for i in range(1, 1001)], 0.99, 990.0),
+        ([float(i) for i in range(1, 1001)], 0.999, 999.0),
+        ([float(i) for i in range(1, 1001)], 1.0, 1000.0),
+    ],
+    ids=["single", "even", "p99", "p999", "max"],
+)
+def test_percentile_nearest_rank(values: list[float], fraction: float, expected: float) -> None:
+    assert stats.percentile(values, fraction) == expected
+
+
+def test_percentile_empty_is_nan_and_bad_fraction_raises() -> None:
+    assert math.isnan(stats.percentile([], 0.5))
+    with pytest.raises(ValueError, match="fraction"):
+        stats.percentile([1.0], 1.5)
+
+
+@given(st.lists(st.floats(-1e6, 1e6), min_size=1, max_size=50))
+def test_median_is_between_min_and_max(values: list[float]) -> None:
+    assert min(values) <= stats.median(values) <= max(values)
+
+
+def test_summarize_takes_medians_and_cpu_per_mib() -> None:
+    mib = stats.MIB
+    runs = [
+        stats.Run(records=100, payload_bytes=mib, seconds=1.0, cpu_s={"client": 0.5, "b": 0.1}),
+        stats.Run(records=300, payload_bytes=3 * mib, seconds=1.0, cpu_s={"client": 0.3, "b": 0.3}),
+        stats.Run(records=200, payload_bytes=2 * mib, seconds=1.0, cpu_s={"client": 0.2, "b": 0.2}),
+    ]
+    case = stats.summarize("x", group="produce", system="m", record_bytes=100, runs=runs)
+    assert case.records_per_s == 200
+    assert case.mib_per_s == 2
+    assert case.cpu_s_per_mib["client"] == 0.1
+    assert case.cpu_s_per_mib["total"] == 0.2
+
+
+def _case(name: str, group: str, rate: float, mib: float) -> stats.CaseResult:
+    return stats.CaseResult(
+        name=name,
+        group=group,
+        system="s",
+        record_bytes=100,
+        runs=[],
+        records_per_s=rate,
+        mib_per_s=mib,
+        cpu_s_per_mib={},
+    )
+
+
+def test_ratios_and_acceptance() -> None:
+    result = SuiteResult(started="now", quick=True)
+    ours = _case("produce 100 B RF=3 acks=all", "produce", 200_000, 19.0)
+    result.cases = [
+        ours,
+        _case("grpc upload ceiling 100 B", "baseline", 3_000_000, 100.0),
+        _case("NATS JetStream R3 publish 100 B", "peer", 10_000, 1.0),
+    ]
+    r = ratios(result, ours)
+    assert r["grpc"] == pytest.approx(0.19)
+    assert r["nats"] == pytest.approx(20.0)
+    assert math.isnan(r["redis"])
+    assert [met for _, met, _ in acceptance(result)] == [True, True]
+
+
+def test_slice_runs_assigns_records_by_intended_send_time() -> None:
+    spec = LatencySpec(
+        bootstrap="",
+        topic="t",
+        rate_per_s=10,
+        record_bytes=16,
+        acks=1,
+        linger_ms=5,
+        warmup_s=1.0,
+        seconds_per_run=1.0,
+        runs=2,
+    )
+    second = 1_000_000_000
+    stamps = [0, second // 2, second, second + 1, 2 * second, 3 * second]
+    latencies = [99, 99, 1_000_000, 3_000_000, 5_000_000, 7_000_000]
+    out = slice_runs(stamps, latencies, spec)
+    assert out["delivered"] == 6
+    assert [r["records"] for r in out["runs"]] == [2.0, 1.0]  # warm-up and tail dropped
+    assert out["runs"][0]["max_ms"] == 3.0
+    assert out["runs"][1]["p50_ms"] == 5.0
