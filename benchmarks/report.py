@@ -104,6 +104,9 @@ def table(result: SuiteResult) -> str:
             f"{_fmt(ratio(lat.p50_ms - lat.linger_ms, b3_p50), 1)}, p99 ÷ B3 p99 = "
             f"{_fmt(ratio(lat.p99_ms, b3_p99), 1)})"
         )
+    fenced = result.machine.get("brokers_fenced_by_session_timeout")
+    if fenced:
+        lines.append(f"WARNING: {len(fenced)} broker fencings by session timeout during the runs")
     for fo in result.failover:
         lines.append(
             f"failover ({fo.mode:<4}): median {fo.median_ms:.0f} ms, max {fo.max_ms:.0f} ms over "

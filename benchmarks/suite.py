@@ -176,8 +176,17 @@ def _minikafka(result: SuiteResult, budget: Budget, root: Path, parts: set[str])
                             )
                         )
                     in_worker(workloads.drop_topics, cluster.bootstrap, [topic])
+                    # Deleting a large log can stall a broker past the session timeout
+                    # (see build/PERFORMANCE.md); the next case needs all brokers back.
+                    cluster.wait_active(len(cluster.broker_addresses))
         if "latency" in parts:
             result.latency.append(_latency(cluster, budget, root, run_id))
+    fencing = [
+        line.split(" INFO ")[0] + " " + line.split("state_change: ", 1)[-1]
+        for line in (root / "cluster" / "controller.log").read_text().splitlines()
+        if "missed heartbeats" in line
+    ]
+    result.machine["brokers_fenced_by_session_timeout"] = fencing
 
 
 def _latency(cluster: BenchCluster, budget: Budget, root: Path, run_id: str) -> stats.LatencyResult:

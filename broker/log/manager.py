@@ -16,6 +16,7 @@ import fcntl
 import logging
 import os
 import shutil
+import threading
 import uuid
 from pathlib import Path
 from typing import Final
@@ -187,11 +188,17 @@ class LogManager:
         log = self._logs.pop((topic, partition), None)
         if log is None:
             return
-        log.close()
+        # The data is going away: release the files without flushing them.
+        log.abandon()
         doomed = self.data_dir / f"{log.directory.name}.{uuid.uuid4().hex}{DELETE_SUFFIX}"
         os.replace(log.directory, doomed)
         checkpoint.fsync_dir(self.data_dir)
-        shutil.rmtree(doomed, ignore_errors=True)
+        # Removing hundreds of MiB can take seconds: do it off the caller's thread (the
+        # broker's event loop must keep heartbeating). A crash before it finishes leaves a
+        # `-delete` directory that the next start removes.
+        threading.Thread(
+            target=shutil.rmtree, args=(doomed,), kwargs={"ignore_errors": True}, daemon=True
+        ).start()
         logger.info("deleted log for %s-%s", topic, partition)
 
     def checkpoint(self) -> None:
