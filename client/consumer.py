@@ -41,7 +41,7 @@ from client.errors import (
 from client.loop_thread import LoopThread
 from client.metadata import BrokerInfo
 from client.records import ConsumerRecord, Deserializer, TopicPartition, decode_fetched
-from client.transport import BrokerConnections
+from client.transport import BrokerConnections, LeaderMoved, await_unless_moved
 from minikafka.errors import INVALID_METADATA_CODES, RETRIABLE_CODES, ErrorCode
 from minikafka.record_batch import CorruptBatchError, iter_batches
 from minikafka.v1 import broker_pb2
@@ -55,6 +55,8 @@ LATEST: Final = -1
 #: let the next fetch travel as soon as a response arrives, while that one is decoded
 #: and handed out; a partition buffers at most about 2 x `max_partition_fetch_bytes`.
 MAX_BUFFERED_RESPONSES: Final = 2
+#: A fetch outstanding this much past `fetch_max_wait_ms` starts checks for a moved leader.
+FETCH_STALL_MARGIN_S: Final = 0.5
 
 
 class TruncationAction(msgspec.Struct, frozen=True, kw_only=True):
@@ -597,10 +599,20 @@ class AsyncConsumer:
             max_bytes=self.fetch_max_bytes,
             partitions=parts,
         )
+        conn = self._conn
+        sent_epochs = [(tp, part.current_leader_epoch) for tp, part in zip(tps, parts, strict=True)]
         try:
-            response = await self._conn.broker_stub(broker).Fetch(
-                request, timeout=self.request_timeout_ms / 1000
+            response = await await_unless_moved(
+                self._conn.broker_stub(broker).Fetch(
+                    request, timeout=self.request_timeout_ms / 1000
+                ),
+                expected_s=self.fetch_max_wait_ms / 1000 + FETCH_STALL_MARGIN_S,
+                moved=lambda: conn.view.leader_moved(sent_epochs),
+                refresh=self._request_metadata,
             )
+        except LeaderMoved:
+            logger.info("fetch from broker %s abandoned: a partition got a new leader", broker_id)
+            return
         except grpc.aio.AioRpcError as exc:
             logger.info("fetch from broker %s failed: %s", broker_id, exc.code().name)
             self._node_backoff[broker_id] = time.monotonic() + self.retry_backoff_ms / 1000

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 
 import msgspec
 
+from client.records import TopicPartition
 from minikafka.errors import ErrorCode
 from minikafka.v1 import broker_pb2
 
@@ -117,6 +118,15 @@ class ClusterView(msgspec.Struct, frozen=True, kw_only=True):
     def partition(self, topic: str, partition: int) -> PartitionInfo | None:
         info = self.topics.get(topic)
         return None if info is None else info.partitions.get(partition)
+
+    def leader_moved(self, sent_epochs: Iterable[tuple[TopicPartition, int]]) -> bool:
+        """Whether any of these partitions has a newer leader epoch than the one given
+        (the epoch a request was sent under)."""
+        for tp, epoch in sent_epochs:
+            info = self.partition(tp.topic, tp.partition)
+            if info is not None and info.leader_epoch > epoch:
+                return True
+        return False
 
     def leader(self, topic: str, partition: int) -> BrokerInfo | None:
         """The leader of the partition, or None when it has none or it is unknown."""

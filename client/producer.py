@@ -48,7 +48,12 @@ from client.loop_thread import LoopThread
 from client.metadata import ClusterView
 from client.partitioner import DefaultPartitioner, Partitioner
 from client.records import RecordMetadata, TopicPartition
-from client.transport import BrokerConnections, is_connection_error
+from client.transport import (
+    BrokerConnections,
+    LeaderMoved,
+    await_unless_moved,
+    is_connection_error,
+)
 from minikafka.errors import INVALID_METADATA_CODES, RETRIABLE_CODES, ErrorCode
 from minikafka.record_batch import HEADER_SIZE, Compression, build_batch
 from minikafka.v1 import broker_pb2, controller_pb2
@@ -63,6 +68,10 @@ Headers = Sequence[tuple[str, bytes]] | None
 #: batch header stays within the broker's default `max.message.bytes` (1 MiB + 1 KiB).
 DEFAULT_BATCH_SIZE: Final = 1 << 20
 MAX_IN_FLIGHT_IDEMPOTENT: Final = 5
+#: The Produce deadline is the broker-side `timeout_ms` plus this (transfer, queueing).
+PRODUCE_DEADLINE_MARGIN_S: Final = 2.0
+#: A Produce outstanding this long starts metadata checks for a moved leader.
+PRODUCE_STALL_S: Final = 0.5
 
 
 class _TopicRoute(NamedTuple):
@@ -655,10 +664,36 @@ class AsyncProducer:
                     batch, KafkaConnectionError(f"broker {broker_id} left the cluster")
                 )
             return
+        conn = self._conn
+        sent_epochs = [
+            (batch.tp, part.current_leader_epoch)
+            for batch, part in zip(batches, parts, strict=True)
+        ]
         try:
-            response = await self._conn.broker_stub(broker).Produce(
-                request, timeout=self.request_timeout_ms / 1000 + 5
+            response = await await_unless_moved(
+                self._conn.broker_stub(broker).Produce(
+                    request, timeout=self.request_timeout_ms / 1000 + PRODUCE_DEADLINE_MARGIN_S
+                ),
+                expected_s=PRODUCE_STALL_S,
+                moved=lambda: conn.view.leader_moved(sent_epochs),
+                refresh=lambda: self._maybe_refresh_metadata(()),
             )
+        except LeaderMoved:
+            # Its leader was replaced (it is paused or cut off): what it may have written
+            # is either replicated to the new leader (a retry is deduplicated) or will be
+            # truncated, so resend now rather than after the request timeout.
+            self._warm_brokers.discard(broker_id)
+            for batch in batches:
+                batch.maybe_written = True
+                self._retry_or_fail(
+                    batch,
+                    KafkaConnectionError(
+                        f"broker {broker_id} stopped answering and lost the leadership of "
+                        f"{batch.tp.topic}-{batch.tp.partition}"
+                    ),
+                    backoff=False,
+                )
+            return
         except grpc.aio.AioRpcError as exc:
             self._warm_brokers.discard(broker_id)
             if not is_connection_error(exc) and exc.code() != grpc.StatusCode.DEADLINE_EXCEEDED:
@@ -746,7 +781,9 @@ class AsyncProducer:
         if in_flight and batch in in_flight:
             in_flight.remove(batch)
 
-    def _retry_or_fail(self, batch: ProducerBatch, error: MiniKafkaClientError) -> None:
+    def _retry_or_fail(
+        self, batch: ProducerBatch, error: MiniKafkaClientError, *, backoff: bool = True
+    ) -> None:
         now = _now_ms()
         self._remove_in_flight(batch)
         out_of_time = now + self.retry_backoff_ms > batch.created_ms + self.delivery_timeout_ms
@@ -762,7 +799,7 @@ class AsyncProducer:
         logger.debug("retrying batch for %s after %s", batch.tp, error)
         if self.idempotent:
             self._retrying.add(batch.tp)
-        self.accumulator.reenqueue(batch, now + self.retry_backoff_ms)
+        self.accumulator.reenqueue(batch, now + self.retry_backoff_ms if backoff else 0.0)
 
     def _finish_ok(self, batch: ProducerBatch, result: BatchResult) -> None:
         self._remove_in_flight(batch)

@@ -8,10 +8,11 @@ addresses, and keeps the current `ClusterView`, refreshing it from any reachable
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Iterable, Sequence
-from typing import Final
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Final, TypeVar
 
 import grpc
 import grpc.aio
@@ -29,6 +30,21 @@ CHANNEL_OPTIONS: Final = (
     ("grpc.initial_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 1_000),
 )
+
+#: A metadata request that has not been answered after this long is also sent to the
+#: next broker (a paused broker must not hold up the refresh for a whole timeout).
+METADATA_HEDGE_S: Final = 0.25
+
+#: While a request is outstanding past its expected time, metadata is refreshed this
+#: often to learn whether its partitions' leaders moved away (see `await_unless_moved`).
+STALL_CHECK_INTERVAL_S: Final = 0.25
+
+_T = TypeVar("_T")
+
+
+class LeaderMoved(Exception):
+    """Internal: a request was abandoned because its partitions got a newer leader."""
+
 
 #: gRPC status codes that mean "this broker cannot be reached right now".
 CONNECTION_CODES: Final = frozenset(
@@ -58,6 +74,38 @@ def parse_bootstrap(bootstrap_servers: str | Sequence[str]) -> list[str]:
 
 def is_connection_error(exc: BaseException) -> bool:
     return isinstance(exc, grpc.aio.AioRpcError) and exc.code() in CONNECTION_CODES
+
+
+async def await_unless_moved(
+    call: Awaitable[_T],
+    *,
+    expected_s: float,
+    moved: Callable[[], bool],
+    refresh: Callable[[], None],
+) -> _T:
+    """Await a gRPC `call`; once it is outstanding longer than `expected_s`, ask for a
+    metadata refresh every `STALL_CHECK_INTERVAL_S` and abandon the call (cancel it,
+    raise `LeaderMoved`) as soon as `moved()` says its partitions have a newer leader.
+
+    A paused or partitioned leader never answers (nor resets the connection); without
+    this, a client would wait out the whole request timeout before trying the new one.
+    """
+    task: asyncio.Future[_T] = asyncio.ensure_future(call)
+    try:
+        wait_s = expected_s
+        while True:
+            done, _ = await asyncio.wait((task,), timeout=wait_s)
+            if done:
+                return task.result()
+            if moved():
+                raise LeaderMoved
+            refresh()
+            wait_s = STALL_CHECK_INTERVAL_S
+    finally:
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, grpc.aio.AioRpcError):
+                await task
 
 
 class BrokerConnections:
@@ -146,22 +194,45 @@ class BrokerConnections:
             self.add_topics(topics)
         async with self._refresh_lock:
             asked = [] if self._all_topics else sorted(self._topics)
-            errors: list[str] = []
-            for address in self.any_stub_addresses():
-                try:
-                    response = await self.stub(address).Metadata(
+            response = await self._first_metadata_answer(asked)
+            fresh = ClusterView.from_response(response)
+            self.view = self.view.merged(fresh, asked)
+            self._view_time_ms = time.monotonic() * 1000
+            self._updated.set()
+            self._updated = asyncio.Event()
+            return self.view
+
+    async def _first_metadata_answer(self, asked: list[str]) -> broker_pb2.MetadataResponse:
+        """Ask brokers in rotation order; a broker silent for `METADATA_HEDGE_S` (or
+        failing) gets the next one asked too; the first answer wins."""
+        waiting = self.any_stub_addresses()
+        pending: dict[asyncio.Task[broker_pb2.MetadataResponse], str] = {}
+        errors: list[str] = []
+        try:
+            while waiting or pending:
+                if waiting:
+                    address = waiting.pop(0)
+                    call = self.stub(address).Metadata(
                         broker_pb2.MetadataRequest(topics=asked), timeout=self.timeout_s
                     )
-                except grpc.aio.AioRpcError as exc:
+                    pending[asyncio.ensure_future(call)] = address
+                done, _ = await asyncio.wait(
+                    pending,
+                    timeout=METADATA_HEDGE_S if waiting else None,
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+                for task in done:
+                    address = pending.pop(task)
+                    exc = task.exception()
+                    if exc is None:
+                        return task.result()
+                    if not isinstance(exc, grpc.aio.AioRpcError):
+                        raise exc
                     errors.append(f"{address}: {exc.code().name} {exc.details()}")
-                    continue
-                fresh = ClusterView.from_response(response)
-                self.view = self.view.merged(fresh, asked)
-                self._view_time_ms = time.monotonic() * 1000
-                self._updated.set()
-                self._updated = asyncio.Event()
-                return self.view
-            raise NoBrokersAvailable("no broker answered a metadata request: " + "; ".join(errors))
+        finally:
+            for task in pending:
+                task.cancel()
+        raise NoBrokersAvailable("no broker answered a metadata request: " + "; ".join(errors))
 
     async def wait_for_topic(self, topic: str, timeout_ms: int) -> list[int]:
         """Partitions of `topic`, refreshing metadata with back-off until it is known."""

@@ -246,6 +246,50 @@ def test_leader_kill_during_idempotent_stream_delivers_every_record_once(
     wait_full_isr(cluster, "stream", partitions)
 
 
+def test_a_paused_leader_is_left_long_before_the_request_timeout(cluster: Cluster) -> None:
+    """SIGSTOP the leader: the producer's in-flight request and the consumer's fetch
+    never get an answer (nor a reset), yet both move to the new leader once metadata
+    shows it, instead of waiting out the 30 s request timeout."""
+    cluster.create_topic("paused", rf=3, min_insync_replicas="2")
+    wait_full_isr(cluster, "paused")
+    victim = cluster.wait_leader("paused", 0)
+    tp = TopicPartition("paused", 0)
+    request_timeout_s = 30
+    with (
+        Producer(
+            bootstrap_servers=cluster.bootstrap,
+            acks="all",
+            linger_ms=0,
+            request_timeout_ms=request_timeout_s * 1000,
+        ) as producer,
+        Consumer(
+            bootstrap_servers=cluster.bootstrap,
+            auto_offset_reset="earliest",
+            request_timeout_ms=request_timeout_s * 1000,
+        ) as consumer,
+    ):
+        consumer.assign([tp])
+        producer.send("paused", b"before").result(timeout=30)
+        assert [r.value for r in consumer.poll(timeout_ms=10_000)[tp]] == [b"before"]
+        consumer.poll(timeout_ms=100)  # the next fetch is now long-polling on the leader
+        cluster.brokers[victim].pause()
+        started = time.monotonic()
+        metadata = producer.send("paused", b"after").result(timeout=request_timeout_s)
+        produce_s = time.monotonic() - started
+        got: list[bytes] = []
+        while not got and time.monotonic() - started < request_timeout_s:
+            got = [r.value for r in consumer.poll(timeout_ms=500).get(tp, [])]
+        consume_s = time.monotonic() - started
+    assert metadata.offset == 1
+    assert got == [b"after"]
+    # The session timeout is 1.5 s; the request timeout 30 s. Both moved in seconds.
+    assert produce_s < request_timeout_s / 3, f"produce took {produce_s:.1f} s"
+    assert consume_s < request_timeout_s / 3, f"consume took {consume_s:.1f} s"
+    assert cluster.wait_leader("paused", 0, not_in=(victim,)) != victim
+    restart(cluster, victim)
+    wait_full_isr(cluster, "paused")
+
+
 def test_truncation_under_a_consumer_is_detected(cluster: Cluster) -> None:
     cluster.create_topic("trunc", rf=2, min_insync_replicas="1")
     tp = TopicPartition("trunc", 0)

@@ -6,7 +6,7 @@ import pytest
 
 from client.metadata import ClusterView
 from client.producer import AsyncProducer, parse_acks, topic_batch_size
-from client.records import ConsumerRecord, decode_fetched
+from client.records import ConsumerRecord, TopicPartition, decode_fetched
 from client.transport import parse_bootstrap
 from minikafka.record_batch import HEADER_SIZE, Compression, CorruptBatchError, build_batch, stamp
 from minikafka.v1 import broker_pb2, common_pb2
@@ -84,6 +84,22 @@ def test_cluster_view_leaders_and_partitions() -> None:
     assert leader is not None
     assert leader.address == "h1:1"
     assert view.leader("t", 0) is None
+
+
+@pytest.mark.parametrize(
+    ("sent", "moved"),
+    [
+        ([(1, 4)], False),
+        ([(1, 3)], True),
+        ([(0, 2), (1, 4)], False),
+        ([(0, 1), (1, 4)], True),
+        ([(1, -1)], True),  # sent with no known epoch: any known leader is newer
+        ([(7, 0)], False),  # a partition the view does not know
+    ],
+)
+def test_leader_moved_compares_the_sent_epochs(sent: list[tuple[int, int]], moved: bool) -> None:
+    view = ClusterView.from_response(metadata())
+    assert view.leader_moved([(TopicPartition("t", p), e) for p, e in sent]) is moved
 
 
 @pytest.mark.parametrize(
