@@ -664,6 +664,14 @@ class AsyncProducer:
                     batch, KafkaConnectionError(f"broker {broker_id} left the cluster")
                 )
             return
+        # A request never outlives its batches' delivery timeout (as Kafka expires
+        # in-flight batches): past it they fail, whatever the broker does later.
+        delivery_left_s = (
+            min(b.created_ms for b in batches) + self.delivery_timeout_ms - _now_ms()
+        ) / 1000
+        timeout_s = max(
+            0.001, min(self.request_timeout_ms / 1000 + PRODUCE_DEADLINE_MARGIN_S, delivery_left_s)
+        )
         conn = self._conn
         sent_epochs = [
             (batch.tp, part.current_leader_epoch)
@@ -671,9 +679,7 @@ class AsyncProducer:
         ]
         try:
             response = await await_unless_moved(
-                self._conn.broker_stub(broker).Produce(
-                    request, timeout=self.request_timeout_ms / 1000 + PRODUCE_DEADLINE_MARGIN_S
-                ),
+                self._conn.broker_stub(broker).Produce(request, timeout=timeout_s),
                 expected_s=PRODUCE_STALL_S,
                 moved=lambda: conn.view.leader_moved(sent_epochs),
                 refresh=lambda: self._maybe_refresh_metadata(()),

@@ -271,6 +271,25 @@ async def test_retriable_errors_stop_at_the_delivery_timeout(broker: ScriptedBro
             await p.send_and_wait("t", b"v", partition=0)
 
 
+async def test_an_unanswered_request_fails_at_the_delivery_timeout(
+    broker: ScriptedBroker,
+) -> None:
+    """The broker never answers: the record fails when its delivery timeout passes, not
+    after the request's own deadline plus a retry (Kafka expires in-flight batches)."""
+    broker.produce_latency_s = 60
+    delivery_timeout_ms = 1500
+    async with producer(
+        broker, request_timeout_ms=1000, delivery_timeout_ms=delivery_timeout_ms
+    ) as p:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        with pytest.raises(KafkaTimeoutError, match="delivery_timeout_ms"):
+            await p.send_and_wait("t", b"v", partition=0)
+        elapsed_s = loop.time() - started
+    # Without the cap: 1 s + the deadline margin, then a retry of as long again.
+    assert elapsed_s < delivery_timeout_ms / 1000 + 1.0
+
+
 async def test_init_producer_id_failure_fails_start(broker: ScriptedBroker) -> None:
     broker.init_error = ErrorCode.UNKNOWN_SERVER_ERROR
     p = producer(broker)
