@@ -18,6 +18,8 @@ from collections import deque
 from collections.abc import Callable, Generator, Iterable
 from typing import Any, NamedTuple
 
+import msgspec
+
 from client.errors import KafkaTimeoutError
 from client.records import RecordMetadata, TopicPartition
 from minikafka.record_batch import RecordInput, TimestampType
@@ -126,19 +128,17 @@ class ProducerBatch:
         return self._aio
 
 
-class FutureRecordMetadata:
+class FutureRecordMetadata(msgspec.Struct, eq=False):
     """The future of one sent record: `result(timeout)` / `get(timeout)` or `await`.
 
     Compatible with the `concurrent.futures.Future` API (`result`, `exception`,
     `done`, `add_done_callback`, ...) plus kafka-python's `get`, `succeeded`, `failed`,
-    `add_callback`, `add_errback`.
+    `add_callback`, `add_errback`. (A msgspec struct only because one is built per
+    record and its constructor is C code; it is (batch, index), no future of its own.)
     """
 
-    __slots__ = ("_batch", "_index")
-
-    def __init__(self, batch: ProducerBatch, index: int) -> None:
-        self._batch = batch
-        self._index = index
+    _batch: ProducerBatch
+    _index: int
 
     def _metadata(self, result: BatchResult) -> RecordMetadata:
         batch = self._batch
@@ -262,17 +262,20 @@ class RecordAccumulator:
             batch_size = self.batch_size
         with self._lock:
             buffered = self._buffered_bytes + size
-            if buffered > self.buffer_memory and self._buffered_bytes > 0:
-                raise BufferFull
             batch = self._open.get(tp)
             if (
-                batch is not None and not batch.closed and batch.size_bytes + size < batch_size
-            ):  # fast path: room in the open batch
+                batch is not None
+                and not batch.closed
+                and batch.size_bytes + size < batch_size
+                and buffered <= self.buffer_memory
+            ):  # fast path: room in the open batch and in the buffer
                 records = batch.records
                 records.append(record)
                 batch.size_bytes += size
                 self._buffered_bytes = buffered
                 return FutureRecordMetadata(batch, len(records) - 1), False
+            if buffered > self.buffer_memory and self._buffered_bytes > 0:
+                raise BufferFull
             queue = self._queues.get(tp)
             if queue is None:
                 queue = self._queues[tp] = deque()

@@ -196,9 +196,12 @@ class AsyncProducer:
         self._user_partitioner = partitioner
         self._partitioner = DefaultPartitioner()
         self._sticky = self._partitioner.sticky
+        #: No serializers: bytes keys and values are appended as they are.
+        self._plain = key_serializer is None and value_serializer is None
         self._key_serializer = key_serializer
         self._value_serializer = value_serializer
         self.accumulator = RecordAccumulator(batch_size=batch_size, buffer_memory=buffer_memory)
+        self._append = self.accumulator.append
         self._conn: BrokerConnections | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wakeup: asyncio.Event | None = None
@@ -419,68 +422,84 @@ class AsyncProducer:
             raise ProducerClosedError("the producer is closed")
         if self._fatal is not None:
             raise IllegalStateError(f"the producer failed: {self._fatal}") from self._fatal
-        # Per-record work is what bounds a Python producer: bytes without serializers
-        # (the common case) skip every conversion.
-        if self._key_serializer is not None or not (key is None or type(key) is bytes):
-            key = _to_bytes("key", key, self._key_serializer)
-        if self._value_serializer is not None or not (value is None or type(value) is bytes):
-            value = _to_bytes("value", value, self._value_serializer)
-        size = RECORD_OVERHEAD_BYTES
-        if key is not None:
-            size += len(key)
-        if value is not None:
-            size += len(value)
+        # Per-record work is what bounds a Python producer: plain bytes without
+        # serializers or headers (the common case) take the shortest path.
+        if self._plain and type(value) is bytes and (key is None or type(key) is bytes):
+            size = RECORD_OVERHEAD_BYTES + len(value) + (0 if key is None else len(key))
+        else:
+            if self._key_serializer is not None or not (key is None or type(key) is bytes):
+                key = _to_bytes("key", key, self._key_serializer)
+            if self._value_serializer is not None or not (value is None or type(value) is bytes):
+                value = _to_bytes("value", value, self._value_serializer)
+            size = RECORD_OVERHEAD_BYTES
+            if key is not None:
+                size += len(key)
+            if value is not None:
+                size += len(value)
         if headers:
             for name, data in headers:
                 if not isinstance(name, str) or not isinstance(data, bytes):
                     raise TypeError("headers must be a list of (str, bytes) pairs")
                 size += len(name) + len(data) + 4
-        assert self._conn is not None
-        view = self._conn.view
-        cached = self._topic_cache.get(topic)
-        if cached is None or cached[0] is not view:
-            found = view.partitions_for(topic)
-            if found is None:
-                return "metadata"
-            if cached is not None and cached.partitions != found:
-                self._partitioner.reset(topic)
-            cached = _TopicRoute(
-                view=view,
-                partitions=found,
-                available=view.available_partitions(topic),
-                tps={p: TopicPartition(topic, p) for p in found},
-                batch_size=topic_batch_size(self.accumulator.batch_size, view, topic),
-            )
-            self._topic_cache[topic] = cached
-        _view, partitions, available, tps, batch_size = cached
-        if partition is None:
-            if self._user_partitioner is not None:
-                partition = self._user_partitioner(key, partitions, available)
-            elif key is None and topic in self._sticky:
-                partition = self._sticky[topic]
-            else:
-                partition = self._partitioner(topic, key, partitions, available)
-        elif partition not in tps:
-            raise ValueError(
-                f"partition {partition} of {topic!r} does not exist (partitions {partitions})"
-            )
         if size > self.max_request_size:
             raise MessageSizeTooLargeError(
                 f"record of ~{size} bytes exceeds max_request_size={self.max_request_size}"
             )
+        route = self._topic_cache.get(topic)
+        if route is None or route.view is not self._conn_view():
+            route = self._route(topic)
+            if route is None:
+                return "metadata"
+        if partition is None:
+            if self._user_partitioner is not None:
+                partition = self._user_partitioner(key, route.partitions, route.available)
+            elif key is None:
+                partition = self._sticky.get(topic)
+                if partition is None:
+                    partition = self._partitioner(topic, key, route.partitions, route.available)
+            else:
+                partition = self._partitioner(topic, key, route.partitions, route.available)
+        tp = route.tps.get(partition)
+        if tp is None:
+            raise ValueError(
+                f"partition {partition} of {topic!r} does not exist (partitions {route.partitions})"
+            )
         if timestamp_ms is None:
             timestamp_ms = time.time_ns() // 1_000_000
         try:
-            future, wake = self.accumulator.append(
-                tps[partition], (timestamp_ms, key, value, headers), size, None, batch_size
+            future, wake = self._append(
+                tp, (timestamp_ms, key, value, headers), size, None, route.batch_size
             )
         except BufferFull:
             return "buffer"
         if wake:
             if key is None and self._user_partitioner is None and future._index > 0:
-                self._partitioner.on_new_batch(topic, partition, partitions, available)
+                self._partitioner.on_new_batch(topic, partition, route.partitions, route.available)
             self._wake_threadsafe()
         return future
+
+    def _conn_view(self) -> ClusterView:
+        assert self._conn is not None
+        return self._conn.view
+
+    def _route(self, topic: str) -> _TopicRoute | None:
+        """The cached partitions of `topic` under the current view (None: unknown)."""
+        view = self._conn_view()
+        found = view.partitions_for(topic)
+        if found is None:
+            return None
+        cached = self._topic_cache.get(topic)
+        if cached is not None and cached.partitions != found:
+            self._partitioner.reset(topic)
+        route = _TopicRoute(
+            view=view,
+            partitions=found,
+            available=view.available_partitions(topic),
+            tps={p: TopicPartition(topic, p) for p in found},
+            batch_size=topic_batch_size(self.accumulator.batch_size, view, topic),
+        )
+        self._topic_cache[topic] = route
+        return route
 
     # ---- sender ---------------------------------------------------------------------
 

@@ -19,11 +19,11 @@ from broker.errors import (
     NotLeaderOrFollowerError,
     UnknownTopicOrPartitionError,
 )
+from broker.log.errors import OffsetOutOfRangeError
 from broker.log.manager import LogManager
 from broker.replica.isr import AlterPartitionItem
 from broker.replica.partition import DuplicateBatchError, Partition, Role
 from broker.replica.transitions import LeaderAndIsrPartition, check_leader_epoch
-from broker.replica.truncation import FetchOffsetOutOfRange, diverging_epoch_for_fetch
 from broker.topic_settings import TopicSettings, resolve_topic_settings
 from minikafka.errors import ErrorCode, MiniKafkaError
 
@@ -447,15 +447,7 @@ def _diverges(partition: Partition, item: FetchItem) -> bool:
     """Whether a follower fetch still carries a diverging tail (it must truncate first)."""
     if item.last_fetched_epoch < 0:
         return False
-    log = partition.log
     try:
-        found = diverging_epoch_for_fetch(
-            local_entries=[(e.epoch, e.start_offset) for e in log.epoch_cache.entries()],
-            log_end_offset=log.log_end_offset,
-            log_start_offset=log.log_start_offset,
-            fetch_offset=item.fetch_offset,
-            last_fetched_epoch=item.last_fetched_epoch,
-        )
-    except FetchOffsetOutOfRange:
+        return partition.diverging_epoch(item.fetch_offset, item.last_fetched_epoch) is not None
+    except OffsetOutOfRangeError:
         return True
-    return found is not None

@@ -634,16 +634,7 @@ class Partition:
         log = self.log
         hw = log.high_watermark
         if isinstance(self.state, LeaderState) or not replica_fetch:
-            try:
-                diverging = diverging_epoch_for_fetch(
-                    local_entries=self._epoch_entries(),
-                    log_end_offset=log.log_end_offset,
-                    log_start_offset=log.log_start_offset,
-                    fetch_offset=offset,
-                    last_fetched_epoch=last_fetched_epoch,
-                )
-            except FetchOffsetOutOfRange as exc:
-                raise OffsetOutOfRangeError(str(exc)) from exc
+            diverging = self.diverging_epoch(offset, last_fetched_epoch)
             if diverging is not None:
                 return self._empty_read(hw, diverging=(diverging.epoch, diverging.end_offset))
         if not replica_fetch and hw <= offset <= log.log_end_offset:
@@ -662,6 +653,21 @@ class Partition:
             log_end_offset=log.log_end_offset,
             leader_epoch=self.leader_epoch,
         )
+
+    def diverging_epoch(self, fetch_offset: int, last_fetched_epoch: int) -> EpochEndOffset | None:
+        """Where a fetcher's log diverges from ours, judged by its last fetched epoch
+        (None: it does not); raises `OffsetOutOfRangeError` for an offset outside the log."""
+        log = self.log
+        try:
+            return diverging_epoch_for_fetch(
+                local_entries=self._epoch_entries(),
+                log_end_offset=log.log_end_offset,
+                log_start_offset=log.log_start_offset,
+                fetch_offset=fetch_offset,
+                last_fetched_epoch=last_fetched_epoch,
+            )
+        except FetchOffsetOutOfRange as exc:
+            raise OffsetOutOfRangeError(str(exc)) from exc
 
     def _empty_read(self, hw: int, diverging: tuple[int, int] | None = None) -> PartitionRead:
         return PartitionRead(
