@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 
 import msgspec
 
-from minikafka.record_batch import TimestampType, decode_records, iter_batches
+from minikafka.record_batch import TimestampType, decode_rows, iter_batches
 
 
 class TopicPartition(NamedTuple):
@@ -111,7 +111,7 @@ def decode_fetched(
             last_epoch = header.leader_epoch
             next_fetch_offset = max(next_fetch_offset, next_offset)
             continue
-        header, rows = decode_records(view[pos : pos + header.size])
+        header, rows = decode_rows(view[pos : pos + header.size])
         base = header.base_offset
         epoch = header.leader_epoch
         if header.timestamp_type is TimestampType.LOG_APPEND_TIME:
@@ -132,32 +132,41 @@ def decode_fetched(
                             topic,
                             partition,
                             off,
-                            first_ts + d,
+                            first_ts + row.timestamp_delta_ms,
                             ts_type,
-                            k,
-                            v,
-                            h or _NO_HEADERS,
+                            row.key,
+                            row.value,
+                            row.headers or _NO_HEADERS,
                             epoch,
                         )
-                        for off, (d, k, v, h) in zip(count(base + skip), rows)
+                        for off, row in zip(count(base + skip), rows)
                     ]
                 )
             else:
                 records.extend(
                     [
                         ConsumerRecord(
-                            topic, partition, off, fixed_ts, ts_type, k, v, h or _NO_HEADERS, epoch
+                            topic,
+                            partition,
+                            off,
+                            fixed_ts,
+                            ts_type,
+                            row.key,
+                            row.value,
+                            row.headers or _NO_HEADERS,
+                            epoch,
                         )
-                        for off, (_d, k, v, h) in zip(count(base + skip), rows)
+                        for off, row in zip(count(base + skip), rows)
                     ]
                 )
         else:
-            for off, (delta, key, value, hdrs) in zip(count(base + skip), rows):
+            for off, row in zip(count(base + skip), rows):
+                key, value, hdrs = row.key, row.value, row.headers
                 if key_deserializer is not None and key is not None:
                     key = key_deserializer(key)
                 if value_deserializer is not None and value is not None:
                     value = value_deserializer(value)
-                ts = fixed_ts if fixed_ts is not None else first_ts + delta
+                ts = fixed_ts if fixed_ts is not None else first_ts + row.timestamp_delta_ms
                 records.append(
                     ConsumerRecord(
                         topic, partition, off, ts, ts_type, key, value, hdrs or _NO_HEADERS, epoch

@@ -33,7 +33,7 @@ import enum
 import gzip
 import struct
 from collections.abc import Iterator, Sequence
-from typing import Final, TypeAlias
+from typing import Final, TypeAlias, TypeVar
 
 import crc32c as _crc32c
 import msgspec
@@ -138,8 +138,22 @@ class BatchHeader(msgspec.Struct, frozen=True, kw_only=True):
         return TimestampType(1 if self.attributes & _TIMESTAMP_TYPE_BIT else 0)
 
 
+class RecordRow(msgspec.Struct, array_like=True, frozen=True, gc=False):
+    """One stored record decoded as a struct (same wire form as `RecordTuple`).
+
+    Untracked by the garbage collector, unlike a tuple: a consumer decoding a million
+    records a second then triggers no collections for them.
+    """
+
+    timestamp_delta_ms: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes]] | None
+
+
 _records_encoder = msgspec.msgpack.Encoder()
 _records_decoder = msgspec.msgpack.Decoder(list[RecordTuple])
+_rows_decoder = msgspec.msgpack.Decoder(list[RecordRow])
 
 
 def _compress(codec: Compression, data: bytes) -> bytes:
@@ -335,10 +349,24 @@ def decode_records(batch: bytes | memoryview) -> tuple[BatchHeader, list[RecordT
     `header.first_timestamp_ms + timestamp_delta_ms` (or `header.max_timestamp_ms` for
     LogAppendTime batches).
     """
+    return _decode(batch, _records_decoder)
+
+
+def decode_rows(batch: bytes | memoryview) -> tuple[BatchHeader, list[RecordRow]]:
+    """`decode_records` with each record as a `RecordRow` struct (cheaper in bulk)."""
+    return _decode(batch, _rows_decoder)
+
+
+_Row = TypeVar("_Row")
+
+
+def _decode(
+    batch: bytes | memoryview, decoder: msgspec.msgpack.Decoder[list[_Row]]
+) -> tuple[BatchHeader, list[_Row]]:
     header = parse_header(batch)
     body = _decompress(header.compression, memoryview(batch)[HEADER_SIZE : header.size])
     try:
-        rows = _records_decoder.decode(body)
+        rows = decoder.decode(body)
     except msgspec.DecodeError as exc:
         raise CorruptBatchError(f"cannot decode records: {exc}") from exc
     if len(rows) != header.record_count:

@@ -16,6 +16,7 @@ from minikafka.record_batch import (
     TimestampType,
     build_batch,
     decode_records,
+    decode_rows,
     iter_batches,
     parse_header,
     stamp,
@@ -56,6 +57,8 @@ def test_round_trip_and_restamp(
     assert header.first_timestamp_ms == records[0][0]
     assert header.max_timestamp_ms == max(r[0] for r in records)
     assert rows == _expected(records)
+    _, structs = decode_rows(batch)
+    assert [(r.timestamp_delta_ms, r.key, r.value, r.headers) for r in structs] == rows
     stamped = stamp(batch, base_offset=base, leader_epoch=epoch)
     restamped_header, restamped_rows = decode_records(stamped)
     assert (restamped_header.base_offset, restamped_header.leader_epoch) == (base, epoch)
