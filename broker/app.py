@@ -219,6 +219,7 @@ class Broker:
                 admin=admin,
                 metrics=self.metrics,
                 fetch_max_bytes=config.fetch_max_bytes,
+                message_max_bytes=config.message_max_bytes,
             ),
             server,
         )
@@ -230,6 +231,7 @@ class Broker:
                     admin=admin,
                     metrics=self.metrics,
                     fetch_max_bytes=config.fetch_max_bytes,
+                    message_max_bytes=config.message_max_bytes,
                     external=True,
                 ),
                 external_server,

@@ -56,6 +56,7 @@ class ProducerBatch:
         "closed",
         "created_ms",
         "future",
+        "last_error",
         "maybe_written",
         "payload",
         "producer_epoch",
@@ -80,6 +81,8 @@ class ProducerBatch:
         self.retry_after_ms = 0.0
         #: A previous attempt may have been written (timeout, lost connection).
         self.maybe_written = False
+        #: Why the previous attempt failed (kept for the delivery-timeout error).
+        self.last_error: str | None = None
         self._aio: asyncio.Future[BatchResult] | None = None
 
     @property

@@ -43,6 +43,8 @@ class TopicInfo(msgspec.Struct, frozen=True, kw_only=True):
     error_code: int
     partitions: dict[int, PartitionInfo]
     configs: dict[str, str]
+    #: The largest batch the brokers accept for the topic (0: not reported).
+    max_message_bytes: int = 0
 
 
 class ClusterView(msgspec.Struct, frozen=True, kw_only=True):
@@ -74,6 +76,7 @@ class ClusterView(msgspec.Struct, frozen=True, kw_only=True):
                     for p in t.partitions
                 },
                 configs=dict(t.configs),
+                max_message_bytes=t.max_message_bytes,
             )
             for t in response.topics
         }

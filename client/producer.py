@@ -85,13 +85,18 @@ class _TopicRoute(NamedTuple):
 
 
 def topic_batch_size(batch_size: int, view: ClusterView, topic: str) -> int:
-    """`batch_size`, lowered so a full batch fits the topic's `max.message.bytes` when
-    the topic sets one (record sizes are estimated generously, see `estimate_size`)."""
+    """`batch_size`, lowered so a full batch fits the largest batch the brokers accept
+    for the topic (its `max.message.bytes`, or the broker default they report); record
+    sizes are estimated generously, see `estimate_size`."""
     info = view.topics.get(topic)
-    limit = info.configs.get("max.message.bytes") if info is not None else None
-    if limit is None or not limit.isdigit():
+    if info is None:
         return batch_size
-    return max(1, min(batch_size, int(limit) - HEADER_SIZE))
+    override = info.configs.get("max.message.bytes")
+    limit = int(override) if override is not None and override.isdigit() else 0
+    limit = limit or info.max_message_bytes
+    if limit <= 0:
+        return batch_size
+    return max(1, min(batch_size, limit - HEADER_SIZE))
 
 
 def parse_acks(acks: int | str) -> int:
@@ -815,12 +820,15 @@ class AsyncProducer:
         out_of_retries = self.retries is not None and batch.attempts > self.retries
         if out_of_time or out_of_retries or self._closed:
             if out_of_time:
+                earlier = batch.last_error
                 error = KafkaTimeoutError(
                     f"{batch.tp.topic}-{batch.tp.partition}: not delivered within "
                     f"delivery_timeout_ms={self.delivery_timeout_ms}; last error: {error}"
+                    + (f"; before that: {earlier}" if earlier and earlier != str(error) else "")
                 )
             self._finish_failed(batch, error)
             return
+        batch.last_error = str(error)
         logger.debug("retrying batch for %s after %s", batch.tp, error)
         if self.idempotent:
             self._retrying.add(batch.tp)

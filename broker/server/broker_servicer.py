@@ -128,6 +128,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         admin: AdminBackend,
         metrics: BrokerMetrics,
         fetch_max_bytes: int,
+        message_max_bytes: int,
         external: bool = False,
     ) -> None:
         self._replicas = replicas
@@ -136,6 +137,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         self._admin = admin
         self._metrics = metrics
         self._fetch_max_bytes = fetch_max_bytes
+        self._message_max_bytes = message_max_bytes
 
     async def Produce(
         self,
@@ -247,7 +249,9 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
             if not infos:
                 topic.error_code = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
                 continue
-            topic.configs.update(cache.topic_configs.get(name, {}))
+            configs = cache.topic_configs.get(name, {})
+            topic.configs.update(configs)
+            topic.max_message_bytes = int(configs.get("max.message.bytes", self._message_max_bytes))
             live = set(cache.brokers)
             for info in infos:
                 topic.partitions.add(

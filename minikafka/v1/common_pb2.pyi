@@ -276,13 +276,21 @@ class TopicMetadata(_message.Message):
     ERROR_CODE_FIELD_NUMBER: _builtins.int
     PARTITIONS_FIELD_NUMBER: _builtins.int
     CONFIGS_FIELD_NUMBER: _builtins.int
+    MAX_MESSAGE_BYTES_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     error_code: _builtins.int
     """an ErrorCode value"""
+    max_message_bytes: _builtins.int
+    """The largest batch the answering broker accepts for this topic: the topic's
+    max.message.bytes or the broker default (0 = not reported). Producers size batches
+    to fit it.
+    """
     @_builtins.property
     def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___PartitionMetadata]: ...
     @_builtins.property
-    def configs(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
+    def configs(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """the topic's overrides only"""
+
     def __init__(
         self,
         *,
@@ -290,10 +298,11 @@ class TopicMetadata(_message.Message):
         error_code: _builtins.int = ...,
         partitions: _abc.Iterable[Global___PartitionMetadata] | None = ...,
         configs: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        max_message_bytes: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["configs", b"configs", "error_code", b"error_code", "name", b"name", "partitions", b"partitions"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["configs", b"configs", "error_code", b"error_code", "max_message_bytes", b"max_message_bytes", "name", b"name", "partitions", b"partitions"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -87,6 +87,24 @@ def test_every_record_once_and_in_order_per_partition(standalone_broker: Standal
         assert values == sorted(values)
 
 
+def test_batches_are_sized_to_the_brokers_limit(standalone_broker: StandaloneBroker) -> None:
+    """A batch_size above the broker's max.message.bytes (1 MiB + 1 KiB by default) is
+    capped by the limit the broker reports in metadata, so no batch is rejected."""
+    create(standalone_broker, "big-batches")
+    value = bytes(range(256)) * 4  # 1 KiB
+    count = 3000  # ~3 MiB: one 4 MiB batch if uncapped
+    with Producer(
+        bootstrap_servers=standalone_broker.bootstrap, batch_size=4 << 20, linger_ms=50
+    ) as producer:
+        futures = [producer.send("big-batches", value) for _ in range(count)]
+        producer.flush()
+        offsets = [f.result(timeout=10).offset for f in futures]
+    assert offsets == list(range(count))
+    assert [r.value for r in consume_all(standalone_broker, "big-batches", count)] == [
+        value
+    ] * count
+
+
 @pytest.mark.parametrize("codec", ["gzip", "lz4", "zstd"])
 def test_compressed_batches_round_trip(standalone_broker: StandaloneBroker, codec: str) -> None:
     create(standalone_broker, f"c-{codec}")

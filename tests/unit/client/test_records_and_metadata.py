@@ -171,7 +171,7 @@ def test_idempotence_defaults_follow_acks() -> None:
     assert not AsyncProducer("h:1", acks=1).idempotent
 
 
-def view_with_configs(configs: dict[str, str]) -> ClusterView:
+def view_with_configs(configs: dict[str, str], reported_limit: int = 0) -> ClusterView:
     return ClusterView.from_response(
         broker_pb2.MetadataResponse(
             brokers=[common_pb2.BrokerEndpoint(broker_id=1, host="h", port=1)],
@@ -179,6 +179,7 @@ def view_with_configs(configs: dict[str, str]) -> ClusterView:
                 common_pb2.TopicMetadata(
                     name="t",
                     configs=configs,
+                    max_message_bytes=reported_limit,
                     partitions=[common_pb2.PartitionMetadata(partition=0, leader=1, isr=[1])],
                 )
             ],
@@ -187,18 +188,30 @@ def view_with_configs(configs: dict[str, str]) -> ClusterView:
 
 
 @pytest.mark.parametrize(
-    ("configs", "topic", "expected"),
+    ("configs", "reported", "topic", "expected"),
     [
-        ({}, "t", 1 << 20),
-        ({"max.message.bytes": "5000"}, "t", 5000 - HEADER_SIZE),
-        ({"max.message.bytes": str(4 << 20)}, "t", 1 << 20),
-        ({"max.message.bytes": "10"}, "t", 1),
-        ({"max.message.bytes": "junk"}, "t", 1 << 20),
-        ({"max.message.bytes": "5000"}, "unknown", 1 << 20),
+        ({}, 0, "t", 1 << 20),
+        ({"max.message.bytes": "5000"}, 0, "t", 5000 - HEADER_SIZE),
+        ({"max.message.bytes": str(4 << 20)}, 0, "t", 1 << 20),
+        ({"max.message.bytes": "10"}, 0, "t", 1),
+        ({"max.message.bytes": "junk"}, 0, "t", 1 << 20),
+        ({"max.message.bytes": "5000"}, 0, "unknown", 1 << 20),
+        ({}, 200_000, "t", 200_000 - HEADER_SIZE),
+        ({"max.message.bytes": "5000"}, 200_000, "t", 5000 - HEADER_SIZE),
     ],
-    ids=["no-config", "smaller-limit", "larger-limit", "tiny-limit", "not-a-number", "no-topic"],
+    ids=[
+        "no-config",
+        "smaller-limit",
+        "larger-limit",
+        "tiny-limit",
+        "not-a-number",
+        "no-topic",
+        "broker-default-reported",
+        "override-wins",
+    ],
 )
 def test_topic_batch_size_fits_max_message_bytes(
-    configs: dict[str, str], topic: str, expected: int
+    configs: dict[str, str], reported: int, topic: str, expected: int
 ) -> None:
-    assert topic_batch_size(1 << 20, view_with_configs(configs), topic) == expected
+    view = view_with_configs(configs, reported)
+    assert topic_batch_size(1 << 20, view, topic) == expected
