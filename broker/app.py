@@ -284,6 +284,7 @@ class Broker:
             if link is not None:
                 await link.final_heartbeat()
                 await link.close()
+            replicas.snapshot_producer_states()
 
     def _wire_cluster_mode(
         self,

@@ -124,6 +124,11 @@ class PartitionLog:
     def name(self) -> str:
         return f"{self.topic}-{self.partition}"
 
+    @property
+    def active_segment_base(self) -> int:
+        """Base offset of the segment appends go to (changes when the log rolls)."""
+        return self._bases[-1]
+
     # ------------------------------------------------------------------ open
     @classmethod
     def open(

@@ -161,6 +161,15 @@ class ReplicaManager:
             if name == topic:
                 partition.update_settings(settings)
 
+    def snapshot_producer_states(self) -> None:
+        """Persist every partition's producer table (at clean shutdown), so the next
+        start rebuilds it from the snapshot instead of rescanning whole logs."""
+        for partition in self.partitions.values():
+            try:
+                partition.snapshot_producer_state()
+            except MiniKafkaError as exc:
+                logger.warning("%s-%s: %s", partition.topic, partition.partition, exc)
+
     def remove_partition(self, topic: str, partition: int, *, delete: bool) -> None:
         found = self.partitions.pop((topic, partition), None)
         if found is not None:

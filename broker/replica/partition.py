@@ -27,7 +27,8 @@ import msgspec
 
 from broker.clock import Clock
 from broker.errors import BrokerError, NotEnoughReplicasError
-from broker.log.errors import OffsetOutOfRangeError
+from broker.log import producer_snapshots
+from broker.log.errors import LogStorageError, OffsetOutOfRangeError
 from broker.log.partition_log import AppendInfo, PartitionLog
 from broker.replica.high_watermark import (
     ProduceOutcome,
@@ -121,6 +122,11 @@ class DuplicateBatchError(BrokerError):
 
 
 PRODUCER_STATE_SCAN_BYTES = 4 * 1024 * 1024
+#: Producer-state snapshots kept per partition (the newest one serves; the older one
+#: serves after a truncation below the newest).
+PRODUCER_SNAPSHOTS_KEPT = 2
+_snapshot_encoder = msgspec.msgpack.Encoder()
+_snapshot_decoder = msgspec.msgpack.Decoder(list[ProducerEntry])
 
 
 class Partition:
@@ -154,22 +160,67 @@ class Partition:
         self._log_prefix = f"[Partition {topic}-{partition} broker={local_broker_id}] "
         #: Idempotent producers' state (producer id -> entry), rebuilt from the log.
         self.producers: dict[int, ProducerEntry] = {}
+        #: Offset of the newest producer-state snapshot on disk (-1: none) and the base
+        #: of the segment appends went to when it was taken (a roll takes another).
+        self._snapshot_offset = -1
+        self._snapshot_segment_base = log.active_segment_base
         self.rebuild_producer_state()
 
     # ---- idempotent producers ----------------------------------------------------
 
     def rebuild_producer_state(self) -> None:
-        """Rebuild the producer table from the batch headers of the whole log."""
+        """Rebuild the producer table: the newest snapshot at or below the LEO, then the
+        batch headers of the log after it (the whole log when there is no snapshot)."""
+        log = self.log
+        directory = log.directory
+        producer_snapshots.delete_above(directory, log.log_end_offset)
         producers: dict[int, ProducerEntry] = {}
-        offset = self.log.log_start_offset
-        while offset < self.log.log_end_offset:
-            chunk = self.log.read(offset, max_bytes=PRODUCER_STATE_SCAN_BYTES)
+        offset = log.log_start_offset
+        self._snapshot_offset = -1
+        for snapshot in reversed(producer_snapshots.offsets(directory)):
+            try:
+                entries = _snapshot_decoder.decode(producer_snapshots.read(directory, snapshot))
+            except (OSError, msgspec.DecodeError) as exc:
+                logger.warning(
+                    "%sdropping unreadable producer snapshot at %s: %s",
+                    self._log_prefix,
+                    snapshot,
+                    exc,
+                )
+                producer_snapshots.delete(directory, snapshot)
+                continue
+            producers = {entry.producer_id: entry for entry in entries}
+            offset = max(offset, snapshot)
+            self._snapshot_offset = snapshot
+            break
+        while offset < log.log_end_offset:
+            chunk = log.read(offset, max_bytes=PRODUCER_STATE_SCAN_BYTES)
             if not chunk.records:
                 break
             for _, header in iter_batches(chunk.records, verify_crc=False):
                 _remember(producers, header, header.base_offset)
             offset = chunk.next_offset
         self.producers = producers
+
+    def snapshot_producer_state(self) -> None:
+        """Persist the producer table as of the LEO (after a segment roll and at clean
+        shutdown), so a restart or a truncation rescans only what follows it."""
+        log = self.log
+        self._snapshot_segment_base = log.active_segment_base
+        leo = log.log_end_offset
+        if leo == self._snapshot_offset:
+            return
+        payload = _snapshot_encoder.encode(list(self.producers.values()))
+        try:
+            producer_snapshots.write(log.directory, leo, payload)
+            producer_snapshots.retain_newest(log.directory, PRODUCER_SNAPSHOTS_KEPT)
+        except OSError as exc:
+            raise LogStorageError(f"{log.name}: cannot write a producer snapshot: {exc}") from exc
+        self._snapshot_offset = leo
+
+    def _snapshot_after_roll(self) -> None:
+        if self.log.active_segment_base != self._snapshot_segment_base:
+            self.snapshot_producer_state()
 
     def _check_sequences(self, records: bytes) -> list[BatchHeader]:
         """Check idempotent batches before appending; raises on a duplicate or a gap."""
@@ -375,6 +426,7 @@ class Partition:
             log_append_time=self.settings.log_append_time,
         )
         self._record_appended(headers, info.first_offset)
+        self._snapshot_after_roll()
         if self.settings.fsync:
             self.log.flush()
         self._advance_high_watermark()
@@ -574,6 +626,7 @@ class Partition:
             self.log.append_as_follower(records, now_ms=now_ms)
             for _, header in iter_batches(records, verify_crc=False):
                 _remember(self.producers, header, header.base_offset)
+            self._snapshot_after_roll()
             if self.settings.fsync:
                 # The leader counts this offset once our next fetch asks past it.
                 self.log.flush()
@@ -606,7 +659,9 @@ class Partition:
                 self.log.log_end_offset,
             )
             self.log.truncate_fully_and_start_at(reset.start_at)
+            producer_snapshots.delete_above(self.log.directory, -1)
             self.producers = {}
+            self._snapshot_offset = -1
             self._signal()
         elif reset.truncate_to is not None:
             self._truncate(reset.truncate_to, reason="leader's log ends before ours")

@@ -264,3 +264,59 @@ def test_metrics_endpoint(tmp_path: Path) -> None:
         assert "minikafka_produce_latency_seconds_count 1.0" in text
     finally:
         process.terminate()
+
+
+def idempotent_batch(sequence: int) -> bytes:
+    return build_batch(
+        [(now_ms(), None, b"seq-%04d" % sequence + b"." * 300, None)],
+        producer_id=7,
+        producer_epoch=0,
+        base_sequence=sequence,
+    )
+
+
+def test_producer_state_is_rebuilt_from_snapshots_after_restarts(tmp_path: Path) -> None:
+    """Segment rolls and clean shutdowns snapshot the idempotent-producer table; after a
+    clean restart, a crash, and with the newest snapshot damaged, the broker still
+    recognises a resent batch as a duplicate and still enforces the next sequence."""
+    data_dir = tmp_path / "broker-1"
+    process = standalone_broker_process(data_dir).start()
+    topic_dir = data_dir / "idem-0"
+
+    def check(next_sequence: int) -> None:
+        with grpc.insecure_channel(process.address) as channel:
+            stub = broker_pb2_grpc.BrokerServiceStub(channel)
+            again = produce(stub, "idem", idempotent_batch(next_sequence - 1))
+            assert again.error_code == ErrorCode.DUPLICATE_SEQUENCE_NUMBER
+            assert again.base_offset == next_sequence - 1
+            gap = produce(stub, "idem", idempotent_batch(next_sequence + 1))
+            assert gap.error_code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+            ok = produce(stub, "idem", idempotent_batch(next_sequence))
+            assert (ok.error_code, ok.base_offset) == (ErrorCode.NONE, next_sequence)
+
+    with grpc.insecure_channel(process.address) as channel:
+        stub = broker_pb2_grpc.BrokerServiceStub(channel)
+        create_topic(stub, "idem", segment_bytes="2048")
+        for sequence in range(30):
+            result = produce(stub, "idem", idempotent_batch(sequence))
+            assert (result.error_code, result.base_offset) == (ErrorCode.NONE, sequence)
+    rolled = sorted(topic_dir.glob("*.producers"))
+    assert 1 <= len(rolled) <= 2, "segment rolls take snapshots (two are kept)"
+
+    assert process.terminate() == 0
+    snapshots = sorted(topic_dir.glob("*.producers"))
+    assert snapshots[-1].name == f"{30:020d}.producers", "clean shutdown snapshots the LEO"
+    process.start()
+    check(30)  # writes 31 records in all
+
+    process.kill()  # no shutdown snapshot: the newest one is older than the log end
+    process.start()
+    check(31)
+
+    assert process.terminate() == 0
+    newest = sorted(topic_dir.glob("*.producers"))[-1]
+    newest.write_bytes(b"\xc1 not msgpack")
+    process.start()
+    check(32)
+    assert not newest.exists(), "an unreadable snapshot is dropped"
+    process.terminate()
