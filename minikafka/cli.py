@@ -91,6 +91,16 @@ def _fail(message: str) -> None:
     raise click.ClickException(message)
 
 
+def _one_topic(argument: str | None, option: str | None) -> str:
+    """The topic given as the argument or as --topic (both only if they agree)."""
+    if argument and option and argument != option:
+        raise click.UsageError(f"two different topics given: {argument!r} and --topic {option!r}")
+    topic = argument or option
+    if not topic:
+        raise click.UsageError("no topic: give --topic T (or the topic as the argument)")
+    return topic
+
+
 @click.group(context_settings=CONTEXT_SETTINGS)
 @click.version_option(__version__, prog_name="minikafka")
 def main() -> None:
@@ -345,7 +355,8 @@ def _parse_acks(value: str) -> int:
 @main.command(context_settings=CONTEXT_SETTINGS)
 @config_file_option
 @bootstrap_option
-@opt("--topic", required=True, help="Topic to write to.")
+@click.argument("topic_arg", metavar="[TOPIC]", required=False)
+@opt("--topic", help="Topic to write to (or give it as the argument).")
 @opt("--key-separator", help="Split each line into key and value at the first separator.")
 @opt("--partition", type=click.IntRange(min=0), help="Write every record to this partition.")
 @opt("--acks", default="all", show_default=True, help="0, 1 or all.")
@@ -358,8 +369,9 @@ def _parse_acks(value: str) -> int:
 @opt("--header", "headers", multiple=True, metavar="KEY=VALUE", help="Header for every record.")
 @opt("--linger-ms", type=click.IntRange(min=0), default=5, show_default=True)
 def produce(
+    topic_arg: str | None,
     bootstrap_server: str,
-    topic: str,
+    topic: str | None,
     key_separator: str | None,
     partition: int | None,
     acks: str,
@@ -367,8 +379,13 @@ def produce(
     headers: tuple[str, ...],
     linger_ms: int,
 ) -> None:
-    """Read lines from stdin and write each as one record; prints nothing on success."""
+    """Read lines from stdin and write each as one record; prints nothing on success.
+
+    The topic is `--topic T` (as kafka-console-producer) or the argument TOPIC.
+    """
     from client import Producer
+
+    topic = _one_topic(topic_arg, topic)
 
     try:
         header_list = [(k, v.encode()) for k, v in parse_key_values(headers).items()]
@@ -409,7 +426,8 @@ def produce(
 @main.command(context_settings=CONTEXT_SETTINGS)
 @config_file_option
 @bootstrap_option
-@opt("--topic", required=True, help="Topic to read.")
+@click.argument("topic_arg", metavar="[TOPIC]", required=False)
+@opt("--topic", help="Topic to read (or give it as the argument).")
 @opt("--partition", type=click.IntRange(min=0), help="Read only this partition.")
 @opt("--from-beginning", is_flag=True, help="Start at the earliest offset (default: the end).")
 @opt("--offset", type=click.IntRange(min=0), help="Start at this offset (needs --partition).")
@@ -423,8 +441,9 @@ def produce(
 @opt("--print-offset", is_flag=True, help="Prefix each line with partition:offset.")
 @opt("--key-separator", default="\t", show_default=repr("\t"))
 def consume(
+    topic_arg: str | None,
     bootstrap_server: str,
-    topic: str,
+    topic: str | None,
     partition: int | None,
     from_beginning: bool,
     offset: int | None,
@@ -434,8 +453,13 @@ def consume(
     print_offset: bool,
     key_separator: str,
 ) -> None:
-    """Print records of a topic, one per line (values as UTF-8 where possible)."""
+    """Print records of a topic, one per line (values as UTF-8 where possible).
+
+    The topic is `--topic T` (as kafka-console-consumer) or the argument TOPIC.
+    """
     from client import Consumer, TopicPartition
+
+    topic = _one_topic(topic_arg, topic)
 
     if offset is not None and partition is None:
         _fail("--offset needs --partition")

@@ -146,6 +146,22 @@ def test_bad_topic_requests_fail_clearly(standalone_broker: StandaloneBroker) ->
     assert "ghost" in missing.stderr
 
 
+def test_topic_as_argument_or_flag(standalone_broker: StandaloneBroker) -> None:
+    b = ["--bootstrap-server", standalone_broker.bootstrap]
+    mk("topic", "create", "either", *b)
+    mk("produce", "either", *b, stdin="one\n")
+    mk("produce", "--topic", "either", *b, stdin="two\n")
+    read = ["--from-beginning", "--timeout-ms", "2000", *b]
+    assert mk("consume", "either", *read).stdout.split() == ["one", "two"]
+    assert mk("consume", "--topic", "either", *read).stdout.split() == ["one", "two"]
+    both = mk("consume", "either", "--topic", "other", *read, check=False)
+    assert both.returncode == 2
+    assert "two different topics" in both.stderr
+    neither = mk("produce", *b, stdin="x\n", check=False)
+    assert neither.returncode == 2
+    assert "no topic" in neither.stderr
+
+
 def test_config_file_env_and_flag_precedence(
     standalone_broker: StandaloneBroker, tmp_path: Path
 ) -> None:
