@@ -18,6 +18,7 @@ import click
 
 from minikafka import __version__
 from minikafka.config import ConfigError, env_var, load_toml, parse_key_values
+from minikafka.errors import ErrorCode
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -682,7 +683,16 @@ def topic_alter_config(
 @main.command("leader-election", context_settings=CONTEXT_SETTINGS)
 @config_file_option
 @bootstrap_option
-@click.option("--type", "election_type", type=click.Choice(["preferred", "unclean"]), required=True)
+@click.option(
+    "--type",
+    "--election-type",
+    "election_type",
+    type=click.Choice(["preferred", "unclean"], case_sensitive=False),
+    required=True,
+    help="Preferred: move leadership back to the first replica. Unclean: elect an "
+    "out-of-sync replica when no in-sync one is alive (may lose data). "
+    "--election-type is kafka-leader-election.sh's name for it.",
+)
 @click.option("--topic", "topic_name")
 @click.option("--partition", type=click.IntRange(min=0))
 @click.option("--all-topic-partitions", is_flag=True)
@@ -716,17 +726,30 @@ def leader_election(
             )
         except Exception as exc:
             _fail(f"election failed: {exc}")
-    failed = False
-    for result in results:
-        if result.error is None:
-            click.echo(
-                f"Successfully completed leader election ({election_type}) for "
-                f"{result.topic}-{result.partition}: leader {result.leader}"
-            )
-        else:
-            failed = failed or result.error_code != 84  # ELECTION_NOT_NEEDED is not a failure
-            click.echo(str(result.error))
+    kind = election_type.upper()
+    done = [f"{r.topic}-{r.partition}" for r in results if r.error is None]
+    not_needed = [
+        f"{r.topic}-{r.partition}"
+        for r in results
+        if r.error is not None and r.error_code == ErrorCode.ELECTION_NOT_NEEDED
+    ]
+    failed = [
+        r for r in results if r.error is not None and r.error_code != ErrorCode.ELECTION_NOT_NEEDED
+    ]
+    # kafka-leader-election.sh's output lines, so scripts written for it work.
+    if done:
+        click.echo(
+            f"Successfully completed leader election ({kind}) for partitions {', '.join(done)}"
+        )
+    if not_needed:
+        click.echo(f"Valid replica already elected for partitions {', '.join(not_needed)}")
+    for result in failed:
+        click.echo(
+            f"Error completing leader election ({kind}) for partition: "
+            f"{result.topic}-{result.partition}: {result.error}"
+        )
     if failed:
+        click.echo(f"{len(failed)} replica(s) could not be elected", err=True)
         raise SystemExit(1)
 
 

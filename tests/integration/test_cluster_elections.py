@@ -3,6 +3,8 @@ and a controller crash and restart under load."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -52,9 +54,24 @@ def test_failover_then_preferred_election_moves_leadership_back(tmp_path: Path) 
         cluster.brokers[preferred].start()
         cluster.wait_isr("pref", 0, sorted(cluster.brokers), timeout_s=30)
         assert cluster.leader_of("pref")[0] == new_leader  # no automatic rebalance here
-        reply = elect(cluster.stub(), controller_pb2.PREFERRED, "pref")
-        assert reply.results[0].error_code == ErrorCode.NONE, reply.results[0].error_message
+        # Through the CLI, which prints kafka-leader-election.sh's lines.
+        command = [sys.executable, "-m", "minikafka", "leader-election", "--election-type"]
+        where = ["--topic", "pref", "--bootstrap-server", cluster.bootstrap]
+        done = subprocess.run(
+            [*command, "preferred", *where], capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == 0, done.stderr
+        assert done.stdout == (
+            "Successfully completed leader election (PREFERRED) for partitions pref-0\n"
+        )
         assert cluster.wait_leader("pref", not_in=(new_leader,)) == preferred
+        again = subprocess.run(
+            [*command, "PREFERRED", *where], capture_output=True, text=True, timeout=60
+        )
+        assert (again.returncode, again.stdout) == (
+            0,
+            "Valid replica already elected for partitions pref-0\n",
+        )
         values = [row[3] for row in read_all(cluster.stub(preferred), "pref")]
         assert values == [b"a"]
 
