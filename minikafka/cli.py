@@ -569,8 +569,8 @@ def _describe_lines(topics: list[Any], *, filter_name: str | None) -> list[str]:
                 continue
             if filter_name == "unavailable" and p.leader >= 0:
                 continue
-            line = (
-                f"Topic: {topic_info.name}\tPartition: {p.partition}\tLeader: "
+            line = (  # indented by a tab, as kafka-topics.sh prints partition lines
+                f"\tTopic: {topic_info.name}\tPartition: {p.partition}\tLeader: "
                 f"{p.leader if p.leader >= 0 else 'none'}\tReplicas: "
                 f"{','.join(map(str, p.replicas))}\tIsr: {','.join(map(str, p.isr))}"
             )

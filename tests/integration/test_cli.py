@@ -93,7 +93,7 @@ def test_topic_produce_consume_round_trip(standalone_broker: StandaloneBroker) -
         "Topic: orders\tPartitionCount: 2\tReplicationFactor: 1\tConfigs: retention.ms=-1"
         in described
     )
-    assert "Topic: orders\tPartition: 1\tLeader: 1\tReplicas: 1\tIsr: 1" in described
+    assert "\n\tTopic: orders\tPartition: 1\tLeader: 1\tReplicas: 1\tIsr: 1\n" in described
     mk("topic", "alter-config", "orders", "--set", "retention.ms=1000", *b)
     assert "retention.ms=1000" in mk("topic", "describe", "orders", *b).stdout
     # --offset needs --partition; a missing separator is a clear error.
