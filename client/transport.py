@@ -19,6 +19,7 @@ import grpc.aio
 
 from client.errors import KafkaConnectionError, KafkaTimeoutError, NoBrokersAvailable
 from client.metadata import BrokerInfo, ClusterView
+from minikafka.errors import ErrorCode
 from minikafka.v1 import broker_pb2, broker_pb2_grpc
 
 logger = logging.getLogger(__name__)
@@ -70,6 +71,13 @@ def parse_bootstrap(bootstrap_servers: str | Sequence[str]) -> list[str]:
     if not addresses:
         raise ValueError("bootstrap_servers is empty: give at least one HOST:PORT")
     return addresses
+
+
+def _code_name(code: int) -> str:
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        return f"error code {code}"
 
 
 def is_connection_error(exc: BaseException) -> bool:
@@ -252,9 +260,14 @@ class BrokerConnections:
                 return partitions
             info = self.view.topics.get(topic)
             if info is not None and info.error_code:
-                last_error = f"error code {info.error_code}"
+                last_error = _code_name(info.error_code)
             remaining = deadline - time.monotonic()
             if remaining <= 0:
+                if last_error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION.name:
+                    raise KafkaTimeoutError(
+                        f"topic {topic!r} does not exist (the brokers answer {last_error} "
+                        f"for it; waited {timeout_ms} ms): create it first"
+                    )
                 raise KafkaTimeoutError(
                     f"topic {topic!r} not in metadata after {timeout_ms} ms"
                     + (f" ({last_error})" if last_error else "")

@@ -369,6 +369,14 @@ def _parse_acks(value: str) -> int:
 )
 @opt("--header", "headers", multiple=True, metavar="KEY=VALUE", help="Header for every record.")
 @opt("--linger-ms", type=click.IntRange(min=0), default=5, show_default=True)
+@opt(
+    "--max-block-ms",
+    type=click.IntRange(min=0),
+    default=60_000,
+    show_default=True,
+    help="How long to wait for the topic's metadata (e.g. a topic being created) and "
+    "for buffer space before failing.",
+)
 def produce(
     topic_arg: str | None,
     bootstrap_server: str,
@@ -379,6 +387,7 @@ def produce(
     compression: str,
     headers: tuple[str, ...],
     linger_ms: int,
+    max_block_ms: int,
 ) -> None:
     """Read lines from stdin and write each as one record; prints nothing on success.
 
@@ -397,6 +406,7 @@ def produce(
         acks=_parse_acks(acks),
         compression_type=None if compression == "none" else compression,
         linger_ms=linger_ms,
+        max_block_ms=max_block_ms,
     )
     futures = []
     try:

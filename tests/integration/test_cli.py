@@ -144,6 +144,9 @@ def test_bad_topic_requests_fail_clearly(standalone_broker: StandaloneBroker) ->
     missing = mk("topic", "delete", "ghost", *b, check=False)
     assert missing.returncode == 1
     assert "ghost" in missing.stderr
+    nowhere = mk("produce", "ghost", "--max-block-ms", "300", *b, stdin="x\n", check=False)
+    assert nowhere.returncode == 1
+    assert "topic 'ghost' does not exist" in nowhere.stderr
 
 
 def test_topic_as_argument_or_flag(standalone_broker: StandaloneBroker) -> None:
