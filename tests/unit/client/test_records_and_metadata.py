@@ -38,6 +38,16 @@ def test_decode_applies_deserializers_and_compression() -> None:
     assert [(r.key, r.value) for r in fetched.records] == [("k", 1), ("k", 2)]
 
 
+def test_decode_log_append_time_batches_use_the_brokers_timestamp() -> None:
+    batch = build_batch([(1000 + i, None, b"v%d" % i, None) for i in range(3)])
+    data = stamp(batch, base_offset=5, leader_epoch=1, log_append_time_ms=77)
+    fetched = decode_fetched("t", 0, data, position=6)
+    assert [(r.offset, r.timestamp, r.timestamp_type, r.value) for r in fetched.records] == [
+        (6, 77, 1, b"v1"),
+        (7, 77, 1, b"v2"),
+    ]
+
+
 def test_decode_whole_batch_below_position_returns_nothing() -> None:
     fetched = decode_fetched("t", 0, stamped(0, 0, [b"a"]), position=5)
     assert fetched.records == []
