@@ -22,7 +22,7 @@ from controller.dispatcher import Dispatcher
 from controller.journal import Journal
 from controller.liveness import Clock, Liveness
 from controller.metrics import ControllerMetrics
-from controller.model import NO_LEADER, ClusterState, PartitionKey
+from controller.model import NO_LEADER, ClusterState, PartitionKey, PartitionRegistration
 from controller.partition_change import ElectionKind
 from controller.propagation import plan_propagation
 from controller.rebalance import partitions_to_rebalance
@@ -404,6 +404,9 @@ class ControllerEngine:
         records: Sequence[Record],
         result: ControllerResult[T],
     ) -> None:
+        # A batch may change one partition twice (e.g. an ISR shrink, then a new leader):
+        # each line compares with the partition as the previous record left it.
+        seen: dict[PartitionKey, PartitionRegistration] = {}
         for record in records:
             match record:
                 case BrokerRecord(registration=broker):
@@ -417,7 +420,8 @@ class ControllerEngine:
                         broker.in_controlled_shutdown,
                     )
                 case PartitionRecord(topic=topic, partition=partition, registration=after):
-                    before = old.partitions.get((topic, partition))
+                    before = seen.get((topic, partition), old.partitions.get((topic, partition)))
+                    seen[(topic, partition)] = after
                     state_change_logger.info(
                         "partition %s-%d: leader %s -> %d (leader epoch %d), ISR %s -> %s, "
                         "partition epoch %d, %s",
