@@ -22,6 +22,7 @@ from client.errors import (
     OutOfOrderSequenceNumberError,
     UnknownServerError,
 )
+from client.transport import BrokerConnections
 from minikafka.errors import ErrorCode
 from minikafka.record_batch import build_batch, decode_records, parse_header, stamp
 from minikafka.v1 import broker_pb2, broker_pb2_grpc, common_pb2, controller_pb2
@@ -404,3 +405,34 @@ async def test_the_next_fetch_travels_before_the_previous_response_is_consumed(
         offsets = [r.offset for r in got[tp]]
         assert offsets in (list(range(10)), list(range(15)))  # one or both responses
         assert await consumer.position(tp) == len(offsets)
+
+
+class SilentBroker(ScriptedBroker):
+    """Accepts connections but never answers Metadata (a paused process)."""
+
+    async def Metadata(
+        self, request: broker_pb2.MetadataRequest, context: object
+    ) -> broker_pb2.MetadataResponse:
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+
+async def test_metadata_refresh_does_not_wait_for_a_silent_broker(broker: ScriptedBroker) -> None:
+    """The first bootstrap broker never answers: the refresh asks the next one after the
+    hedge delay and uses its answer, long before the 30 s request timeout."""
+    silent = SilentBroker()  # type: ignore[abstract]
+    server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+    broker_pb2_grpc.add_BrokerServiceServicer_to_server(silent, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    conn = BrokerConnections([f"127.0.0.1:{port}", address(broker)], request_timeout_ms=30_000)
+    try:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        view = await conn.refresh(["t"])
+        elapsed_s = loop.time() - started
+        assert view.partitions_for("t") == [0, 1]
+        assert elapsed_s < 5, f"refresh took {elapsed_s:.1f} s"
+    finally:
+        await conn.close()
+        await server.stop(grace=None)
