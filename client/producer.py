@@ -451,7 +451,7 @@ class AsyncProducer:
                 f"record of ~{size} bytes exceeds max_request_size={self.max_request_size}"
             )
         route = self._topic_cache.get(topic)
-        if route is None or route.view is not self._conn_view():
+        if route is None or route.view is not self._conn.view:  # type: ignore[union-attr]
             route = self._route(topic)
             if route is None:
                 return "metadata"
@@ -564,7 +564,11 @@ class AsyncProducer:
                 if leaderless or self._conn.metadata_stale():
                     self._maybe_refresh_metadata(leaderless)
                 self._wakeup.clear()
-                wait_ms = max(0.0, min(drained.next_ready_ms - _now_ms(), 1000.0))
+                next_ms = min(
+                    drained.next_ready_ms,
+                    self.accumulator.next_expiry_ms(self.delivery_timeout_ms) + 1.0,
+                )
+                wait_ms = max(0.0, min(next_ms - _now_ms(), 1000.0))
                 if leaderless:
                     wait_ms = min(wait_ms, float(self.retry_backoff_ms))
                 if drained.batches:
@@ -863,20 +867,15 @@ class AsyncProducer:
             self._space_freed.set()
 
     def _expire(self, now: float) -> None:
-        expired = [
-            b for b in self.accumulator.queued() if now - b.created_ms > self.delivery_timeout_ms
-        ]
-        if expired:
-            self.accumulator.remove_queued(expired)
-            for batch in expired:
-                self._finish_failed(
-                    batch,
-                    KafkaTimeoutError(
-                        f"{batch.tp.topic}-{batch.tp.partition}: {batch.record_count} records "
-                        f"expired after delivery_timeout_ms={self.delivery_timeout_ms} "
-                        "while queued (no leader?)"
-                    ),
-                )
+        for batch in self.accumulator.pop_expired(now, self.delivery_timeout_ms):
+            self._finish_failed(
+                batch,
+                KafkaTimeoutError(
+                    f"{batch.tp.topic}-{batch.tp.partition}: {batch.record_count} records "
+                    f"expired after delivery_timeout_ms={self.delivery_timeout_ms} "
+                    "while queued (no leader?)"
+                ),
+            )
 
     def _maybe_refresh_metadata(self, tps: Sequence[TopicPartition]) -> None:
         if self._metadata_task is not None and not self._metadata_task.done():

@@ -199,3 +199,28 @@ def test_heads_are_the_next_batch_of_each_partition() -> None:
     append(acc, TP, b"x" * 84)  # a second batch on TP
     other = append(acc, TP1, b"x" * 84)[0]._batch
     assert set(acc.heads()) == {first, other}
+
+
+def test_expired_batches_are_popped_in_queue_order_and_others_kept() -> None:
+    acc = RecordAccumulator(batch_size=100, buffer_memory=100_000)
+    append(acc, TP, b"x" * 90, now_ms=0.0)  # batch a (full)
+    append(acc, TP, b"x" * 90, now_ms=10.0)  # batch b
+    append(acc, TP1, b"x" * 90, now_ms=50.0)  # batch c
+    assert acc.next_expiry_ms(100.0) == 100.0
+    assert acc.pop_expired(100.0, 100.0) == []  # exactly at the timeout: not yet
+    expired = acc.pop_expired(111.0, 100.0)
+    assert [b.created_ms for b in expired] == [0.0, 10.0]
+    assert [b.created_ms for b in acc.queued()] == [50.0]
+    assert acc.next_expiry_ms(100.0) == 150.0  # recomputed by the scan
+
+
+def test_a_requeued_old_batch_moves_the_expiry_back() -> None:
+    acc = RecordAccumulator(batch_size=100, buffer_memory=100_000)
+    append(acc, TP, b"x" * 90, now_ms=0.0)
+    (old,) = acc.drain(0.0, 5.0, always).batches  # in flight
+    append(acc, TP, b"x" * 90, now_ms=80.0)
+    assert acc.pop_expired(150.0, 100.0) == []  # the scan sees only the new batch
+    assert acc.next_expiry_ms(100.0) == 180.0
+    acc.reenqueue(old, 0.0)  # its attempt failed; it is older than anything queued
+    assert acc.next_expiry_ms(100.0) == 100.0
+    assert acc.pop_expired(150.0, 100.0) == [old]
