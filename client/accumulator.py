@@ -15,14 +15,14 @@ import concurrent.futures
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from typing import Any, NamedTuple
 
 import msgspec
 
 from client.errors import KafkaTimeoutError
 from client.records import RecordMetadata, TopicPartition
-from minikafka.record_batch import RecordInput, TimestampType
+from minikafka.record_batch import EncodableRow, TimestampType
 
 #: Bytes counted per record on top of key, value and headers (msgpack framing, delta).
 RECORD_OVERHEAD_BYTES = 16
@@ -55,6 +55,7 @@ class ProducerBatch:
         "base_sequence",
         "closed",
         "created_ms",
+        "first_timestamp_ms",
         "future",
         "last_error",
         "maybe_written",
@@ -69,7 +70,9 @@ class ProducerBatch:
     def __init__(self, tp: TopicPartition, created_ms: float) -> None:
         self.tp = tp
         self.created_ms = created_ms
-        self.records: list[RecordInput] = []
+        #: Timestamp of the batch's first record; `records` hold deltas from it.
+        self.first_timestamp_ms = 0
+        self.records: list[EncodableRow] = []
         self.size_bytes = 0
         self.closed = False
         self.future: concurrent.futures.Future[BatchResult] = concurrent.futures.Future()
@@ -148,7 +151,8 @@ class FutureRecordMetadata(msgspec.Struct, eq=False):
         if result.log_append_time_ms >= 0:
             timestamp, ts_type = result.log_append_time_ms, int(TimestampType.LOG_APPEND_TIME)
         else:
-            timestamp, ts_type = batch.records[self._index][0], int(TimestampType.CREATE_TIME)
+            timestamp = batch.first_timestamp_ms + batch.records[self._index][0]
+            ts_type = int(TimestampType.CREATE_TIME)
         offset = result.base_offset + self._index if result.base_offset >= 0 else -1
         return RecordMetadata(batch.tp.topic, batch.tp.partition, offset, timestamp, ts_type)
 
@@ -255,15 +259,19 @@ class RecordAccumulator:
     def append(
         self,
         tp: TopicPartition,
-        record: RecordInput,
+        timestamp_ms: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Sequence[tuple[str, bytes]] | None,
         size: int,
         now_ms: float | None,
         batch_size: int | None = None,
     ) -> tuple[FutureRecordMetadata, bool]:
-        """Add `record` to the open batch of `tp`; returns its future and whether the
-        sender should be woken (a batch was created or filled). `now_ms` (monotonic) is
-        read from the clock when None, only if a batch is created; `batch_size`
-        overrides the accumulator's for this topic. Raises `BufferFull`."""
+        """Add a record to the open batch of `tp`; returns its future and whether the
+        sender should be woken (a batch was created or filled). The record is stored as
+        the row `build_batch_from_rows` encodes. `now_ms` (monotonic) is read from the
+        clock when None, only if a batch is created; `batch_size` overrides the
+        accumulator's for this topic. Raises `BufferFull`."""
         if batch_size is None:
             batch_size = self.batch_size
         lock = self._lock
@@ -278,18 +286,23 @@ class RecordAccumulator:
                 and buffered <= self.buffer_memory
             ):  # fast path: room in the open batch and in the buffer
                 records = batch.records
-                records.append(record)
+                records.append((timestamp_ms - batch.first_timestamp_ms, key, value, headers))
                 batch.size_bytes += size
                 self._buffered_bytes = buffered
                 return FutureRecordMetadata(batch, len(records) - 1), False
-            return self._append_slow(tp, record, size, now_ms, batch_size)
+            return self._append_slow(
+                tp, timestamp_ms, key, value, headers, size, now_ms, batch_size
+            )
         finally:
             lock.release()
 
     def _append_slow(
         self,
         tp: TopicPartition,
-        record: RecordInput,
+        timestamp_ms: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Sequence[tuple[str, bytes]] | None,
         size: int,
         now_ms: float | None,
         batch_size: int,
@@ -314,12 +327,15 @@ class RecordAccumulator:
             if now_ms is None:
                 now_ms = time.monotonic() * 1000
             batch = ProducerBatch(tp, now_ms)
+            batch.first_timestamp_ms = timestamp_ms
             queue.append(batch)
             self._oldest_created_ms = min(self._oldest_created_ms, now_ms)
             self._open[tp] = batch
             self._incomplete.add(batch)
             wake = True
-        batch.records.append(record)
+        if not batch.records:
+            batch.first_timestamp_ms = timestamp_ms
+        batch.records.append((timestamp_ms - batch.first_timestamp_ms, key, value, headers))
         batch.size_bytes += size
         self._buffered_bytes += size
         if batch.size_bytes >= batch_size:
@@ -424,6 +440,10 @@ class RecordAccumulator:
     def pop_expired(self, now_ms: float, delivery_timeout_ms: float) -> list[ProducerBatch]:
         """Remove and return the queued batches created more than `delivery_timeout_ms`
         before `now_ms`. Scans the queues only when one may have expired."""
+        if now_ms - self._oldest_created_ms <= delivery_timeout_ms:
+            # Read without the lock: only this (sender) thread moves the bound back
+            # (`reenqueue`); appends only add newer batches.
+            return []
         with self._lock:
             if now_ms - self._oldest_created_ms <= delivery_timeout_ms:
                 return []

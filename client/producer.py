@@ -55,7 +55,7 @@ from client.transport import (
     is_connection_error,
 )
 from minikafka.errors import INVALID_METADATA_CODES, RETRIABLE_CODES, ErrorCode
-from minikafka.record_batch import HEADER_SIZE, Compression, build_batch
+from minikafka.record_batch import HEADER_SIZE, Compression, build_batch_from_rows
 from minikafka.v1 import broker_pb2, controller_pb2
 
 logger = logging.getLogger(__name__)
@@ -442,10 +442,15 @@ class AsyncProducer:
             if value is not None:
                 size += len(value)
         if headers:
+            pairs = []
             for name, data in headers:
                 if not isinstance(name, str) or not isinstance(data, bytes):
                     raise TypeError("headers must be a list of (str, bytes) pairs")
                 size += len(name) + len(data) + 4
+                pairs.append((name, data))
+            headers = pairs
+        else:
+            headers = None
         if size > self.max_request_size:
             raise MessageSizeTooLargeError(
                 f"record of ~{size} bytes exceeds max_request_size={self.max_request_size}"
@@ -473,7 +478,7 @@ class AsyncProducer:
             timestamp_ms = time.time_ns() // 1_000_000
         try:
             future, wake = self._append(
-                tp, (timestamp_ms, key, value, headers), size, None, route.batch_size
+                tp, timestamp_ms, key, value, headers, size, None, route.batch_size
             )
         except BufferFull:
             return "buffer"
@@ -645,15 +650,20 @@ class AsyncProducer:
             batch.base_sequence = sequence
             batch.producer_epoch = self.producer_epoch
             self._next_sequence[batch.tp] = (sequence + batch.record_count) & 0x7FFFFFFF
-            batch.payload = build_batch(
+            batch.payload = build_batch_from_rows(
                 batch.records,
+                first_timestamp_ms=batch.first_timestamp_ms,
                 compression=self.compression,
                 producer_id=self.producer_id,
                 producer_epoch=self.producer_epoch,
                 base_sequence=sequence,
             )
         else:
-            batch.payload = build_batch(batch.records, compression=self.compression)
+            batch.payload = build_batch_from_rows(
+                batch.records,
+                first_timestamp_ms=batch.first_timestamp_ms,
+                compression=self.compression,
+            )
 
     def _spawn(self, coro: Any) -> None:
         task: asyncio.Task[None] = asyncio.create_task(coro)

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import enum
 import gzip
+import operator
 import struct
 from collections.abc import Iterator, Sequence
 from typing import Final, TypeAlias, TypeVar
@@ -64,8 +65,14 @@ _TIMESTAMP_TYPE_BIT: Final = 0x08
 
 #: One record as stored: (timestamp_delta_ms, key, value, headers).
 RecordTuple: TypeAlias = tuple[int, bytes | None, bytes | None, list[tuple[str, bytes]] | None]
+#: One record ready to encode (`build_batch_from_rows`): (timestamp_delta_ms, key, value,
+#: headers), headers any list or tuple of pairs.
+EncodableRow: TypeAlias = tuple[int, bytes | None, bytes | None, Sequence[tuple[str, bytes]] | None]
 #: One record as given to `build_batch`: (timestamp_ms, key, value, headers).
 RecordInput: TypeAlias = tuple[int, bytes | None, bytes | None, Sequence[tuple[str, bytes]] | None]
+
+
+_first_item = operator.itemgetter(0)
 
 
 class Compression(enum.IntEnum):
@@ -206,13 +213,43 @@ def build_batch(
     if not records:
         raise ValueError("a record batch needs at least one record")
     first_timestamp_ms = records[0][0]
-    max_timestamp_ms = max(r[0] for r in records)
     rows = [
         (ts - first_timestamp_ms, key, value, list(headers) if headers else None)
         for ts, key, value, headers in records
     ]
+    return build_batch_from_rows(
+        rows,
+        first_timestamp_ms=first_timestamp_ms,
+        base_offset=base_offset,
+        leader_epoch=leader_epoch,
+        compression=compression,
+        timestamp_type=timestamp_type,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+    )
+
+
+def build_batch_from_rows(
+    rows: Sequence[EncodableRow],
+    *,
+    first_timestamp_ms: int,
+    base_offset: int = 0,
+    leader_epoch: int = -1,
+    compression: Compression = Compression.NONE,
+    timestamp_type: TimestampType = TimestampType.CREATE_TIME,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+) -> bytes:
+    """`build_batch` for records already in stored form, `(timestamp_delta_ms, key,
+    value, headers)` with deltas from `first_timestamp_ms` (the producer builds them so
+    as it appends; headers may be any list or tuple of `(name, value)` pairs)."""
+    if not rows:
+        raise ValueError("a record batch needs at least one record")
+    max_timestamp_ms = first_timestamp_ms + max(map(_first_item, rows))
     body = _compress(compression, _records_encoder.encode(rows))
-    count = len(records)
+    count = len(rows)
     attributes = int(compression) | (
         _TIMESTAMP_TYPE_BIT if timestamp_type is TimestampType.LOG_APPEND_TIME else 0
     )

@@ -29,7 +29,7 @@ def append(
     acc: RecordAccumulator, tp: TopicPartition, value: bytes, now_ms: float = 0.0
 ) -> tuple[FutureRecordMetadata, bool]:
     size = estimate_size(None, value, None)
-    return acc.append(tp, (1000, None, value, None), size, now_ms)
+    return acc.append(tp, 1000, None, value, None, size, now_ms)
 
 
 def test_records_share_one_batch_until_it_is_full() -> None:
@@ -187,7 +187,7 @@ def test_a_topic_batch_size_overrides_the_default() -> None:
     acc = RecordAccumulator(batch_size=1000, buffer_memory=100_000)
     size = estimate_size(None, b"x" * 84, None)  # 100 bytes
     batches = {
-        acc.append(TP, (1000, None, b"x" * 84, None), size, 0.0, 250)[0]._batch for _ in range(6)
+        acc.append(TP, 1000, None, b"x" * 84, None, size, 0.0, 250)[0]._batch for _ in range(6)
     }
     assert sorted(b.record_count for b in batches) == [2, 2, 2]
     assert sum(b.closed for b in batches) == 2  # the last one is still open
