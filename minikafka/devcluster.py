@@ -34,7 +34,11 @@ def _free_port() -> int:
 
 
 def _port_is_free(port: int) -> bool:
+    """True when a server could listen on `port`: no socket listens there. Connections
+    of a cluster that just stopped (TIME_WAIT) do not count, as gRPC binds with
+    SO_REUSEADDR too."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind(("127.0.0.1", port))
         except OSError:
