@@ -32,6 +32,7 @@ from broker.server.broker_servicer import AdminBackend, BrokerServicer, ReplicaS
 from broker.server.control_servicer import ControlServicer
 from broker.server.metrics import BrokerMetrics, PartitionGaugeSource, PartitionRow
 from broker.standalone import StandaloneController
+from minikafka.allocator import tune_for_large_buffers
 from minikafka.config import parse_host_port
 from minikafka.v1 import broker_pb2_grpc, common_pb2, controller_pb2
 
@@ -404,6 +405,7 @@ def _gauge_rows(replicas: ReplicaManager) -> list[PartitionRow]:
 
 def run(config: BrokerConfig) -> None:
     """Run a broker until SIGTERM/SIGINT, under uvloop when available."""
+    tune_for_large_buffers()
     broker = Broker(config)
 
     async def main() -> None:
