@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -116,6 +117,38 @@ def table(result: SuiteResult) -> str:
     return "\n".join(lines)
 
 
+#: Issue 9: RF=3 acks=all at 100 B against the raw gRPC upload ceiling (MiB/s ratio).
+GRPC_RATIO_TARGET = 0.15
+
+
+def cpu_bounds(case: CaseResult, ceiling: CaseResult, cores: float) -> dict[str, float]:
+    """Upper bounds of `case`'s ratio to `ceiling` that its measured CPU cost per MiB
+    allows: the client is one Python process (the GIL: at most one core), and all
+    processes together share `cores`. A target above a bound cannot be met on this
+    machine without making that part cheaper per MiB, however the work is scheduled."""
+    cpu = case.cpu_s_per_mib
+    client, total = cpu.get("client", math.nan), cpu.get("total", math.nan)
+    top = ceiling.mib_per_s
+    return {
+        "client_only": ratio(1.0 / client, top) if client > 0 else math.nan,
+        "all_processes": ratio(cores / total, top) if total > 0 else math.nan,
+    }
+
+
+def cpu_bound_text(case: CaseResult, ceiling: CaseResult, target: float) -> str:
+    cores = float(os.cpu_count() or 1)
+    bounds = cpu_bounds(case, ceiling, cores)
+    cpu = case.cpu_s_per_mib
+    client, total = cpu.get("client", math.nan), cpu.get("total", math.nan)
+    return (
+        f"CPU per MiB: client {_fmt(client, 4)} s, brokers {_fmt(total - client, 4)} s, "
+        f"vs {_fmt(ceiling.cpu_s_per_mib.get('total', math.nan), 4)} s for the ceiling; "
+        f"so at most {_fmt(bounds['client_only'], 3)}x with the client on a full core, "
+        f"{_fmt(bounds['all_processes'], 3)}x with every process sharing {cores:.0f} cores "
+        f"(target {target}x)"
+    )
+
+
 def acceptance(result: SuiteResult) -> list[tuple[str, bool | None, str]]:
     """(target, met?, measured) for the issue's acceptance targets (None: not measured)."""
     ours = result.case("produce 100 B RF=3 acks=all")
@@ -129,13 +162,12 @@ def acceptance(result: SuiteResult) -> list[tuple[str, bool | None, str]]:
                 f"{_fmt(r['nats'], 1)}x",
             )
         )
-        checks.append(
-            (
-                "RF=3 acks=all 100 B >= 0.15x raw gRPC upload ceiling",
-                None if math.isnan(r["grpc"]) else r["grpc"] >= 0.15,
-                f"{_fmt(r['grpc'], 3)}x",
-            )
-        )
+        met = None if math.isnan(r["grpc"]) else r["grpc"] >= GRPC_RATIO_TARGET
+        measured = f"{_fmt(r['grpc'], 3)}x"
+        ceiling = result.case("grpc upload ceiling 100 B")
+        if met is False and ceiling is not None:
+            measured += "; " + cpu_bound_text(ours, ceiling, GRPC_RATIO_TARGET)
+        checks.append(("RF=3 acks=all 100 B >= 0.15x raw gRPC upload ceiling", met, measured))
     kill = next((f for f in result.failover if f.mode == "kill"), None)
     if kill is not None:
         checks.append(

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from benchmarks import procstat, stats
-from benchmarks.report import SuiteResult, acceptance, ratios
+from benchmarks.report import SuiteResult, acceptance, cpu_bounds, ratios
 from benchmarks.workloads import LatencySpec, slice_runs
 
 STAT = "1234 (py thon (x)) S 1 1234 1234 0 -1 4194560 100 0 0 0 250 40 0 0 20 0 3 0 1 2 3"
@@ -119,3 +119,35 @@ def test_slice_runs_assigns_records_by_intended_send_time() -> None:
     assert [r["records"] for r in out["runs"]] == [2.0, 1.0]  # warm-up and tail dropped
     assert out["runs"][0]["max_ms"] == 3.0
     assert out["runs"][1]["p50_ms"] == 5.0
+
+
+def test_a_missed_grpc_ratio_is_explained_by_cpu_per_mib() -> None:
+    result = SuiteResult(started="now", quick=True)
+    ours = stats.CaseResult(
+        name="produce 100 B RF=3 acks=all",
+        group="produce",
+        system="minikafka",
+        record_bytes=100,
+        runs=[],
+        records_per_s=500_000,
+        mib_per_s=50.0,
+        cpu_s_per_mib={"client": 0.02, "total": 0.032},
+    )
+    ceiling = stats.CaseResult(
+        name="grpc upload ceiling 100 B",
+        group="baseline",
+        system="grpc",
+        record_bytes=100,
+        runs=[],
+        records_per_s=10_000_000,
+        mib_per_s=1000.0,
+        cpu_s_per_mib={"total": 0.0015},
+    )
+    result.cases = [ours, ceiling]
+    bounds = cpu_bounds(ours, ceiling, cores=2)
+    assert bounds["client_only"] == pytest.approx(0.05)  # 1 core / 0.02 s per MiB = 50 MiB/s
+    assert bounds["all_processes"] == pytest.approx(0.0625)  # 2 / 0.032 = 62.5 MiB/s
+    ((_, met, measured),) = [c for c in acceptance(result) if "gRPC" in c[0]]
+    assert met is False
+    assert "client 0.0200 s" in measured
+    assert "brokers 0.0120 s" in measured
