@@ -71,7 +71,9 @@ def test_summarize_takes_medians_and_cpu_per_mib() -> None:
     assert case.cpu_s_per_mib["total"] == 0.2
 
 
-def _case(name: str, group: str, rate: float, mib: float) -> stats.CaseResult:
+def _case(
+    name: str, group: str, rate: float, mib: float, cpu: dict[str, float] | None = None
+) -> stats.CaseResult:
     return stats.CaseResult(
         name=name,
         group=group,
@@ -80,7 +82,7 @@ def _case(name: str, group: str, rate: float, mib: float) -> stats.CaseResult:
         runs=[],
         records_per_s=rate,
         mib_per_s=mib,
-        cpu_s_per_mib={},
+        cpu_s_per_mib=cpu or {},
     )
 
 
@@ -123,26 +125,10 @@ def test_slice_runs_assigns_records_by_intended_send_time() -> None:
 
 def test_a_missed_grpc_ratio_is_explained_by_cpu_per_mib() -> None:
     result = SuiteResult(started="now", quick=True)
-    ours = stats.CaseResult(
-        name="produce 100 B RF=3 acks=all",
-        group="produce",
-        system="minikafka",
-        record_bytes=100,
-        runs=[],
-        records_per_s=500_000,
-        mib_per_s=50.0,
-        cpu_s_per_mib={"client": 0.02, "total": 0.032},
+    ours = _case(
+        "produce 100 B RF=3 acks=all", "produce", 500_000, 50.0, {"client": 0.02, "total": 0.032}
     )
-    ceiling = stats.CaseResult(
-        name="grpc upload ceiling 100 B",
-        group="baseline",
-        system="grpc",
-        record_bytes=100,
-        runs=[],
-        records_per_s=10_000_000,
-        mib_per_s=1000.0,
-        cpu_s_per_mib={"total": 0.0015},
-    )
+    ceiling = _case("grpc upload ceiling 100 B", "baseline", 10_000_000, 1000.0, {"total": 0.0015})
     result.cases = [ours, ceiling]
     bounds = cpu_bounds(ours, ceiling, cores=2)
     assert bounds["client_only"] == pytest.approx(0.05)  # 1 core / 0.02 s per MiB = 50 MiB/s
