@@ -23,6 +23,7 @@ from tests.chaos.checker import CheckResult, check
 from tests.chaos.history import History
 from tests.chaos.workload import Workload
 from tests.support.chaos_cluster import ChaosCluster
+from tests.support.lazyfs import unavailable_reason as lazyfs_unavailable_reason
 
 LONG = os.environ.get("MINIKAFKA_CHAOS_LONG") == "1"
 
@@ -50,6 +51,10 @@ class Run:
         self.history.meta(scenario=name, seed=seed)
 
     def start_cluster(self, brokers: int = 3, **kwargs: Any) -> ChaosCluster:
+        if kwargs.get("lazy_fs"):
+            reason = lazyfs_unavailable_reason()
+            if reason is not None:
+                pytest.skip(f"power loss needs a FUSE mount: {reason}")
         self.cluster = ChaosCluster(
             self.root / "cluster", brokers=brokers, history=self.history, **kwargs
         )

@@ -1,6 +1,6 @@
 """Log truncation and fencing: R13-R15, R17-R19 (KIP-101, KIP-279, KAFKA-6880, stale
 control messages and stale producers), R23 (power loss of one broker), R24 (every
-broker crashes at once) and R25 (segment corruption on a minority)."""
+broker crashes, or loses power, at once) and R25 (segment corruption on a minority)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import pytest
 from minikafka.errors import ErrorCode
 from minikafka.record_batch import build_batch
 from minikafka.v1 import broker_pb2, broker_pb2_grpc, controller_pb2
+from tests.chaos.checker import UNCLEAN_EXPECTED
 from tests.chaos.harness import Run, seeds
 from tests.support.cluster import wait_until
 
@@ -29,8 +30,9 @@ def start(
     rf: int = 3,
     min_isr: str = "2",
     configs: dict[str, str] | None = None,
+    lazy_fs: bool = False,
 ) -> None:
-    run.start_cluster()
+    run.start_cluster(lazy_fs=lazy_fs)
     tps = run.topic(
         TOPIC,
         partitions=partitions,
@@ -320,8 +322,8 @@ def test_r24_every_broker_crashes_at_once(run: Run, seed: int, flush_policy: str
     """kill -9 all brokers together, restart them in a random order: every log recovers
     from an unclean shutdown, only a last-ISR replica may lead (unclean election is
     off), the replicas converge without divergence and nothing acknowledged is lost.
-    (The machine stays up, so the page cache survives; losing it too needs a
-    filesystem that drops unsynced writes, which this suite does not have.)"""
+    (The machine stays up, so the page cache survives; the power-loss variants below
+    lose it too.)"""
     start(run, partitions=2, configs={"flush.policy": flush_policy})
     cluster = run.cluster
     assert cluster is not None
@@ -335,6 +337,74 @@ def test_r24_every_broker_crashes_at_once(run: Run, seed: int, flush_policy: str
     cluster.wait_full_isr(TOPIC, 2, timeout_s=60)
     more_acks(run, 20)
     run.converge_and_check(TOPIC, 2)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("seed", seeds())
+@pytest.mark.parametrize("victim", ["leader", "follower"])
+def test_r23_power_loss_of_one_broker_on_a_lazy_file_system(
+    run: Run, seed: int, victim: str
+) -> None:
+    """Default flush policy (no fsync): one broker's machine loses power, so everything
+    it had not fsynced is gone, checkpoints included. It must come back out of the ISR,
+    truncate by epoch, catch up and rejoin; the other replicas kept every acknowledged
+    record, so nothing acknowledged is lost."""
+    start(run, partitions=2, lazy_fs=True)
+    cluster = run.cluster
+    assert cluster is not None
+    leader, _, _ = cluster.leader_of(TOPIC, 0)
+    broker = leader if victim == "leader" else next(b for b in cluster.brokers if b != leader)
+    more_acks(run, 20)
+    cluster.power_loss(broker)
+    more_acks(run, 10)
+    cluster.start_broker(broker)
+    cluster.wait_full_isr(TOPIC, 2, timeout_s=60)
+    more_acks(run, 10)
+    run.converge_and_check(TOPIC, 2)
+
+
+def power_loss_of_every_broker(run: Run, flush_policy: str) -> None:
+    """Every broker's machine loses power at once (kill -9 all, then each lazy file
+    system drops what its broker had not fsynced); restart them in a random order."""
+    start(run, partitions=2, configs={"flush.policy": flush_policy}, lazy_fs=True)
+    cluster = run.cluster
+    assert cluster is not None
+    more_acks(run, 20)
+    order = sorted(cluster.brokers)
+    for broker in order:
+        cluster.kill(broker)
+    for broker in order:
+        cluster.power_loss(broker)
+    run.rng.shuffle(order)
+    for broker in order:
+        cluster.start_broker(broker)
+    cluster.wait_full_isr(TOPIC, 2, timeout_s=90)
+    more_acks(run, 20)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("seed", seeds())
+def test_r24_power_loss_of_every_broker_with_fsync_loses_nothing(run: Run, seed: int) -> None:
+    """flush.policy=fsync (I18a): a record counts towards the HW only once fsynced, so
+    the last in-sync replica comes back from the power failure with every acknowledged
+    record; it leads, the others truncate to it, and nothing acknowledged is lost."""
+    power_loss_of_every_broker(run, "fsync")
+    run.converge_and_check(TOPIC, 2)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("seed", seeds())
+def test_r24_power_loss_of_every_broker_without_fsync_loses_acknowledged_writes(
+    run: Run, seed: int
+) -> None:
+    """The default flush policy relies on replication, not fsync: when every replica
+    loses power at once, acknowledged records that none had fsynced are gone and their
+    offsets are reused, as the README's flush-policy table says. The checker must see
+    the loss; this is also the nemesis's proof that it really drops unsynced writes."""
+    power_loss_of_every_broker(run, "none")
+    result = run.converge_and_check(TOPIC, 2, expected=UNCLEAN_EXPECTED)
+    assert {"lost-write", "unseen"} & set(result.expected_types), result.to_text()
+    print("R24 EXPECTED LOSS (no fsync, every replica lost power):", result.counts)
 
 
 @pytest.mark.timeout(300)

@@ -21,6 +21,7 @@ from minikafka.v1 import common_pb2, controller_pb2, controller_pb2_grpc
 from tests.chaos.history import History
 from tests.support.chaos_proxy import ProxyNet
 from tests.support.cluster import Cluster, wait_until
+from tests.support.lazyfs import LazyMount
 from tests.support.processes import wait_healthy
 
 #: (base offset, last offset, leader epoch, crc) of one batch in a replica's log.
@@ -43,7 +44,10 @@ class ChaosCluster(Cluster):
         broker_args: list[str] | None = None,
         controller_args: list[str] | None = None,
         history: History | None = None,
+        lazy_fs: bool = False,
     ) -> None:
+        """`lazy_fs`: every broker's data directory is a lazy file system
+        (`tests.support.lazyfs`), which `power_loss` needs."""
         super().__init__(
             root,
             brokers=brokers,
@@ -60,6 +64,21 @@ class ChaosCluster(Cluster):
             process.args[at + 1] = controller_proxy
             process.args += ["--advertise", self.proxy[broker_id]]
         self._controller_channel: grpc.Channel | None = None
+        self.mounts: dict[int, LazyMount] = {}
+        if lazy_fs:
+            for broker_id in self.brokers:
+                self.mounts[broker_id] = LazyMount(
+                    root / f"broker-{broker_id}.disk",
+                    root / f"broker-{broker_id}",
+                    root / f"lazyfs-{broker_id}.log",
+                )
+
+    def start(self) -> ChaosCluster:
+        self.root.mkdir(parents=True, exist_ok=True)
+        for mount in self.mounts.values():
+            mount.mount()
+        super().start()
+        return self
 
     def _pids(self) -> dict[str, int]:
         pids = {broker_name(b): p.pid for b, p in self.brokers.items() if p.alive()}
@@ -80,6 +99,8 @@ class ChaosCluster(Cluster):
         if self._controller_channel is not None:
             self._controller_channel.close()
         self.net.close()
+        for mount in self.mounts.values():
+            mount.unmount()
 
     def _channel_to(self, address: str) -> grpc.Channel:
         channel = self._channels.get(address)
@@ -154,6 +175,16 @@ class ChaosCluster(Cluster):
     def kill(self, broker_id: int) -> None:
         self.record("kill", broker=broker_id)
         self.brokers[broker_id].kill()
+
+    def power_loss(self, broker_id: int) -> None:
+        """Power failure of a broker's machine: kill -9, and every write it had not
+        fsynced is gone (its lazy file system drops them). Needs `lazy_fs=True`."""
+        mount = self.mounts.get(broker_id)
+        assert mount is not None, "power_loss needs a cluster started with lazy_fs=True"
+        self.record("power-loss", broker=broker_id)
+        if self.brokers[broker_id].alive():
+            self.brokers[broker_id].kill()
+        mount.power_loss()
 
     def start_broker(self, broker_id: int) -> None:
         self.record("start", broker=broker_id)
