@@ -424,6 +424,14 @@ def nonmonotonic_sends(ops: Sequence[Op]) -> list[dict[str, Any]]:
 # ---- verdict --------------------------------------------------------------------------
 
 
+def _final_polls_ran(op: Op) -> bool:
+    """The marker `Workload.final_polls` records before reading. It counts even when the
+    final polls returned nothing: an empty final log means every acknowledged value is
+    unseen, not that the earlier reads stand in for the final ones."""
+    value = op.get("value")
+    return op.get("f") == "meta" and isinstance(value, dict) and "final_poll_targets" in value
+
+
 def check(
     history: Sequence[Op],
     *,
@@ -433,14 +441,15 @@ def check(
     """Run every analysis over `history`.
 
     Polls marked `"final": true` are the final polls (§9.6): `unseen` and `vanished` are
-    judged against what they read. `expected` names anomaly types the scenario's fault
+    judged against what they read (nothing, when the final polls ran and found every
+    partition empty). `expected` names anomaly types the scenario's fault
     may legitimately cause (they are reported and labelled, and do not invalidate the
     history). Unless `strict`, missing writes that were acknowledged with acks=0 or 1 are
     moved to `expected-loss`.
     """
     ops = completions(history)
     reads = reads_of(ops)
-    has_final = any(op.get("final") for op in ops)
+    has_final = any(op.get("final") for op in ops) or any(_final_polls_ran(op) for op in history)
     final = reads_of(ops, final_only=True) if has_final else reads
     writers = writers_of(ops)
     orders, inconsistent = version_orders(ops, reads)

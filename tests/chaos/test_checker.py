@@ -187,6 +187,18 @@ def test_each_anomaly_is_reported(build: Any, kind: str) -> None:
     assert result.anomalies[kind]
 
 
+def test_final_polls_of_an_empty_log_make_every_acked_value_unseen() -> None:
+    """Found by R22 on the lazy file system: every replica truncated to an empty log, the
+    final polls returned nothing, and the earlier reads hid the loss."""
+    b = healthy()
+    b.history.meta(final_poll_targets={K: -1}, highest_offsets_seen={K: 2})
+    result = check(b.ops)
+    assert not result.valid
+    assert "unseen" in result.bad_error_types
+    assert "vanished" in result.bad_error_types
+    assert check(healthy().ops).valid  # without final polls, the reads stand
+
+
 def test_lost_write_names_the_value_and_writer() -> None:
     result = check(_lost().ops)
     (lost,) = result.anomalies["lost-write"]
