@@ -322,20 +322,23 @@ class RecordAccumulator:
             or batch.payload is not None
             or (batch.size_bytes + size > batch_size and batch.records)
         ):
-            if batch is not None and not batch.closed:
-                batch.closed = True
             if now_ms is None:
                 now_ms = time.monotonic() * 1000
-            batch = ProducerBatch(tp, now_ms)
-            batch.first_timestamp_ms = timestamp_ms
+            fresh = ProducerBatch(tp, now_ms)
+            fresh.first_timestamp_ms = timestamp_ms
+            fresh.records.append((0, key, value, headers))  # before any shared state changes
+            if batch is not None and not batch.closed:
+                batch.closed = True
+            batch = fresh
             queue.append(batch)
             self._oldest_created_ms = min(self._oldest_created_ms, now_ms)
             self._open[tp] = batch
             self._incomplete.add(batch)
             wake = True
-        if not batch.records:
-            batch.first_timestamp_ms = timestamp_ms
-        batch.records.append((timestamp_ms - batch.first_timestamp_ms, key, value, headers))
+        else:
+            if not batch.records:
+                batch.first_timestamp_ms = timestamp_ms
+            batch.records.append((timestamp_ms - batch.first_timestamp_ms, key, value, headers))
         batch.size_bytes += size
         self._buffered_bytes += size
         if batch.size_bytes >= batch_size:

@@ -19,9 +19,12 @@ import grpc.aio
 import msgspec
 
 from client.errors import (
+    IllegalStateError,
     KafkaConnectionError,
     MiniKafkaClientError,
     NoBrokersAvailable,
+    UnknownTopicOrPartitionError,
+    check_config_keys,
     from_response,
 )
 from client.loop_thread import LoopThread
@@ -31,6 +34,8 @@ from minikafka.errors import ErrorCode
 from minikafka.v1 import broker_pb2, broker_pb2_grpc, common_pb2, controller_pb2
 
 T = TypeVar("T")
+#: A topic config value: a str as Kafka spells it, or a number or bool converted to one.
+ConfigValue = str | int | float | bool
 
 
 class BrokerDescription(msgspec.Struct, frozen=True, kw_only=True):
@@ -115,6 +120,68 @@ def describe_topic(topic: common_pb2.TopicMetadata) -> TopicDescription:
     )
 
 
+def _names(names: str | Iterable[str], what: str) -> list[str]:
+    """Topic names given as one str or an iterable of them (a str is never split)."""
+    if isinstance(names, str):
+        return [names]
+    if not isinstance(names, Iterable):
+        raise TypeError(f"{what}: give a topic name or a list of them, got {names!r}")
+    result = list(names)
+    for name in result:
+        if not isinstance(name, str):
+            raise TypeError(f"{what}: topic names must be str, got {name!r}")
+    return result
+
+
+def _config_value(key: object, value: object, what: str) -> str:
+    """A topic config value as the string the wire carries (bools as Kafka spells them)."""
+    if not isinstance(key, str):
+        raise TypeError(f"{what}: config keys must be str, got {key!r}")
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str | int | float):
+        return str(value)
+    raise TypeError(
+        f"{what}: the value of config {key!r} must be a str (or a number), got "
+        f"{type(value).__name__} {value!r}"
+    )
+
+
+def _configs(configs: Mapping[str, object] | None, what: str) -> dict[str, str]:
+    if configs is None:
+        return {}
+    if not isinstance(configs, Mapping):
+        raise TypeError(f"{what}: configs must be a dict of str to str, got {configs!r}")
+    return {k: _config_value(k, v, what) for k, v in configs.items()}
+
+
+def _new_topic(item: object, defaults: NewTopic) -> NewTopic:
+    """`item` (a `NewTopic` or a name taking `defaults`) as a checked `NewTopic`."""
+    if isinstance(item, str):
+        item = NewTopic(
+            item,
+            num_partitions=defaults.num_partitions,
+            replication_factor=defaults.replication_factor,
+            configs=defaults.configs,
+        )
+    if not isinstance(item, NewTopic):
+        raise TypeError(
+            f"create_topics() takes topic names or NewTopic(name, num_partitions, "
+            f"replication_factor), got {type(item).__name__} {item!r}"
+        )
+    if not isinstance(item.name, str):
+        raise TypeError(f"NewTopic name must be a str, got {item.name!r}")
+    for field in ("num_partitions", "replication_factor"):
+        value = getattr(item, field)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(
+                f"NewTopic {item.name!r}: {field} must be an int (-1: the broker default), "
+                f"got {type(value).__name__} {value!r}"
+            )
+    configs = _configs(item.configs, f"NewTopic {item.name!r}")
+    return NewTopic(item.name, item.num_partitions, item.replication_factor, configs)
+
+
 class AsyncAdmin:
     def __init__(
         self,
@@ -132,8 +199,10 @@ class AsyncAdmin:
             retry_backoff_ms=retry_backoff_ms,
             client_id=client_id,
         )
+        self._closed = False
 
     async def close(self) -> None:
+        self._closed = True
         await self._conn.close()
 
     async def __aenter__(self) -> AsyncAdmin:
@@ -152,6 +221,8 @@ class AsyncAdmin:
     ) -> T:
         """Call any reachable broker; connection failures move on to the next one and
         are retried until the request timeout."""
+        if self._closed:
+            raise IllegalStateError(f"{what}: the admin client is closed")
         deadline = time.monotonic() + self.request_timeout_ms / 1000
         errors: list[str] = []
         while True:
@@ -181,25 +252,27 @@ class AsyncAdmin:
         *,
         num_partitions: int = 1,
         replication_factor: int = 1,
-        configs: Mapping[str, str] | None = None,
+        configs: Mapping[str, ConfigValue] | None = None,
         validate_only: bool = False,
     ) -> None:
         """Create topics given as names (using the keyword defaults) or `NewTopic`s.
 
         Raises the error of the first topic that failed (e.g. `TopicAlreadyExistsError`).
+        `-1` partitions or replication factor means the broker's default.
         """
-        items = [new_topics] if isinstance(new_topics, str | NewTopic) else list(new_topics)
-        topics = [
-            t
-            if isinstance(t, NewTopic)
-            else NewTopic(
-                t,
-                num_partitions=num_partitions,
-                replication_factor=replication_factor,
-                configs=dict(configs or {}),
-            )
-            for t in items
-        ]
+        if isinstance(new_topics, str | NewTopic):
+            items: list[object] = [new_topics]
+        elif isinstance(new_topics, Iterable):
+            items = list(new_topics)
+        else:
+            items = [new_topics]  # refused below with a clear message
+        defaults = NewTopic(
+            "",
+            num_partitions=num_partitions,
+            replication_factor=replication_factor,
+            configs=_configs(configs, "create_topics()"),
+        )
+        topics = [_new_topic(t, defaults) for t in items]
         request = controller_pb2.CreateTopicsRequest(
             topics=[
                 controller_pb2.CreatableTopic(
@@ -219,7 +292,7 @@ class AsyncAdmin:
         _raise_topic_errors(response.topics, "create topic")
 
     async def delete_topics(self, names: str | Iterable[str]) -> None:
-        topics = [names] if isinstance(names, str) else list(names)
+        topics = _names(names, "delete_topics()")
         request = controller_pb2.DeleteTopicsRequest(
             names=topics, timeout_ms=self.request_timeout_ms
         )
@@ -230,7 +303,7 @@ class AsyncAdmin:
 
     async def describe_cluster(self, topics: Iterable[str] = ()) -> ClusterDescription:
         """Brokers (with fencing state) and topics as the controller sees them."""
-        request = controller_pb2.DescribeClusterRequest(topics=list(topics))
+        request = controller_pb2.DescribeClusterRequest(topics=_names(topics, "describe_cluster()"))
         response = await self._call(
             lambda stub: stub.DescribeCluster(request, timeout=self._timeout_s), "DescribeCluster"
         )
@@ -264,21 +337,23 @@ class AsyncAdmin:
             lambda stub: stub.Metadata(request, timeout=self._timeout_s), "Metadata"
         )
 
-    async def describe_topics(self, topics: Iterable[str] | None = None) -> list[TopicDescription]:
-        """Partitions (leader, epoch, replicas, ISR, state) and configs of `topics`, in
-        the order given (all topics, sorted, by default).
+    async def describe_topics(
+        self, topics: str | Iterable[str] | None = None
+    ) -> list[TopicDescription]:
+        """Partitions (leader, epoch, replicas, ISR, state) and configs of `topics` (one
+        name or a list), in the order given (all topics, sorted, by default).
 
         Raises `UnknownTopicOrPartitionError` for a named topic that does not exist.
         """
-        names = list(topics or ())
+        names = _names(topics or (), "describe_topics()")
         response = await self._metadata(names)
         found = {t.name: describe_topic(t) for t in response.topics}
         result: list[TopicDescription] = []
         for name in names or sorted(found):
             info = found.get(name)
-            if info is None:
-                raise from_response(
-                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist"
+            if info is None or info.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                raise UnknownTopicOrPartitionError(
+                    f"describe topic {name!r}: topic {name!r} does not exist"
                 )
             if info.error_code != ErrorCode.NONE:
                 raise from_response(info.error_code, context=f"describe topic {name!r}")
@@ -292,15 +367,17 @@ class AsyncAdmin:
     async def alter_configs(
         self,
         topic: str,
-        configs: Mapping[str, str],
+        configs: Mapping[str, ConfigValue],
         *,
         delete: Iterable[str] = (),
         validate_only: bool = False,
     ) -> None:
+        if not isinstance(topic, str):
+            raise TypeError(f"alter_configs(): the topic must be a str, got {topic!r}")
         request = controller_pb2.AlterConfigsRequest(
             topic=topic,
-            set={k: str(v) for k, v in configs.items()},
-            delete=list(delete),
+            set=_configs(configs, f"alter_configs({topic!r})"),
+            delete=_names(delete, f"alter_configs({topic!r}) delete"),
             validate_only=validate_only,
         )
         response = await self._call(
@@ -335,7 +412,7 @@ class AsyncAdmin:
             election_type=kinds[election_type],
             partitions=[
                 common_pb2.TopicPartition(topic=tp.topic, partition=tp.partition)
-                for tp in partitions or ()
+                for tp in _election_partitions(partitions)
             ],
             timeout_ms=self.request_timeout_ms,
         )
@@ -365,6 +442,29 @@ class AsyncAdmin:
         return outcomes
 
 
+def _election_partitions(partitions: Iterable[TopicPartition] | None) -> list[TopicPartition]:
+    if partitions is None:
+        return []
+    if isinstance(partitions, str | TopicPartition) or not isinstance(partitions, Iterable):
+        raise TypeError(
+            f"elect_leaders(): partitions must be a list of TopicPartition, got {partitions!r}"
+        )
+    result = []
+    for tp in partitions:
+        if not (
+            isinstance(tp, tuple)
+            and len(tp) == 2
+            and isinstance(tp[0], str)
+            and isinstance(tp[1], int)
+            and not isinstance(tp[1], bool)
+        ):
+            raise TypeError(
+                f"elect_leaders(): expected TopicPartition(topic, partition), got {tp!r}"
+            )
+        result.append(TopicPartition(tp[0], tp[1]))
+    return result
+
+
 def _raise_topic_errors(results: Iterable[controller_pb2.TopicResult], what: str) -> None:
     for result in results:
         if result.error_code != ErrorCode.NONE:
@@ -384,7 +484,11 @@ class Admin:
     """
 
     def __init__(self, bootstrap_servers: str | Sequence[str] = "localhost:9092", **config: Any):
-        self._thread = LoopThread("minikafka-admin")
+        check_config_keys("Admin", config, AsyncAdmin.__init__)
+        self._thread = LoopThread(
+            "minikafka-admin",
+            closed_error=lambda: IllegalStateError("the admin client is closed"),
+        )
         try:
             self._inner: AsyncAdmin = self._thread.run(self._make(bootstrap_servers, config))
         except BaseException:
@@ -402,7 +506,7 @@ class Admin:
         *,
         num_partitions: int = 1,
         replication_factor: int = 1,
-        configs: Mapping[str, str] | None = None,
+        configs: Mapping[str, ConfigValue] | None = None,
         validate_only: bool = False,
     ) -> None:
         self._thread.run(
@@ -421,7 +525,7 @@ class Admin:
     def list_topics(self) -> list[str]:
         return self._thread.run(self._inner.list_topics())
 
-    def describe_topics(self, topics: Iterable[str] | None = None) -> list[TopicDescription]:
+    def describe_topics(self, topics: str | Iterable[str] | None = None) -> list[TopicDescription]:
         return self._thread.run(self._inner.describe_topics(topics))
 
     def describe_cluster(self, topics: Iterable[str] = ()) -> ClusterDescription:
@@ -430,7 +534,7 @@ class Admin:
     def alter_configs(
         self,
         topic: str,
-        configs: Mapping[str, str],
+        configs: Mapping[str, ConfigValue],
         *,
         delete: Iterable[str] = (),
         validate_only: bool = False,

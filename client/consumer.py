@@ -31,17 +31,28 @@ from client.errors import (
     ConsumerStoppedError,
     CorruptRecordError,
     IllegalStateError,
+    KafkaConfigurationError,
     KafkaConnectionError,
+    LeaderNotAvailableError,
     LogTruncationError,
     MiniKafkaClientError,
     NoOffsetForPartitionError,
     OffsetOutOfRangeError,
+    RecordDeserializationError,
+    UnknownTopicOrPartitionError,
+    check_config_keys,
     from_response,
 )
 from client.loop_thread import LoopThread
-from client.metadata import BrokerInfo
+from client.metadata import BrokerInfo, ClusterView
 from client.records import ConsumerRecord, Deserializer, TopicPartition, decode_fetched
-from client.transport import BrokerConnections, LeaderMoved, await_unless_moved
+from client.transport import (
+    BrokerConnections,
+    LeaderMoved,
+    await_unless_moved,
+    check_number,
+    check_topic_name,
+)
 from minikafka.errors import INVALID_METADATA_CODES, RETRIABLE_CODES, ErrorCode
 from minikafka.record_batch import CorruptBatchError, iter_batches
 from minikafka.v1 import broker_pb2
@@ -49,6 +60,8 @@ from minikafka.v1 import broker_pb2
 logger = logging.getLogger(__name__)
 
 OffsetReset = Literal["earliest", "latest", "none"]
+#: What `seek_to_beginning` / `seek_to_end` take: partitions, or lists of them.
+PartitionArg = TopicPartition | Iterable[TopicPartition]
 EARLIEST: Final = -2
 LATEST: Final = -1
 #: Undelivered fetch responses buffered per partition before its fetching pauses. Two
@@ -57,6 +70,79 @@ LATEST: Final = -1
 MAX_BUFFERED_RESPONSES: Final = 2
 #: A fetch outstanding this much past `fetch_max_wait_ms` starts checks for a moved leader.
 FETCH_STALL_MARGIN_S: Final = 0.5
+#: Longest pause between metadata requests while a subscribed topic does not exist yet.
+MISSING_TOPIC_BACKOFF_MAX_S: Final = 1.0
+
+
+def _topic_names(topics: Iterable[object], what: str) -> list[str]:
+    """Topic names from `topics`; a list (or other non-str iterable) among them is
+    flattened, so `Consumer(["a", "b"])` means `Consumer("a", "b")`."""
+    names: list[str] = []
+    for item in topics:
+        if isinstance(item, str):
+            names.append(check_topic_name(item))
+        elif isinstance(item, Iterable):
+            names.extend(check_topic_name(t) for t in item)
+        else:
+            raise TypeError(f"{what}: topics must be str, got {type(item).__name__} {item!r}")
+    return names
+
+
+def _topic_partition(item: object, what: str) -> TopicPartition:
+    """`item` as a `TopicPartition`; a plain `(topic, partition)` tuple is accepted."""
+    if isinstance(item, tuple) and len(item) == 2:
+        topic, partition = item
+        if isinstance(partition, int) and not isinstance(partition, bool) and partition >= 0:
+            return TopicPartition(check_topic_name(topic), partition)
+        raise TypeError(f"{what}: the partition of {item!r} must be an int >= 0, got {partition!r}")
+    raise TypeError(
+        f"{what} takes TopicPartition(topic, partition) values, got {type(item).__name__} {item!r}"
+    )
+
+
+def _partition_args(partitions: Sequence[object], what: str) -> list[TopicPartition]:
+    """`*partitions` arguments as TopicPartitions; a list of them is accepted too
+    (`seek_to_end([tp1, tp2])` as well as `seek_to_end(tp1, tp2)`)."""
+    result: list[TopicPartition] = []
+    for item in partitions:
+        if isinstance(item, str) or (isinstance(item, tuple) and item and isinstance(item[0], str)):
+            result.append(_topic_partition(item, what))
+        elif isinstance(item, Iterable):
+            result.extend(_topic_partition(tp, what) for tp in item)
+        else:
+            result.append(_topic_partition(item, what))
+    return result
+
+
+def _missing_partition_error(
+    view: ClusterView, remaining: Iterable[TopicPartition], last_error: BaseException | None
+) -> BaseException:
+    """Why offsets of `remaining` could not be looked up before the deadline: the
+    topic or partition does not exist, it has no leader, or the last error seen."""
+    for tp in remaining:
+        info = view.topics.get(tp.topic)
+        if info is None or info.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+            return UnknownTopicOrPartitionError(f"topic {tp.topic!r} does not exist")
+        if info.partitions and tp.partition not in info.partitions:
+            return UnknownTopicOrPartitionError(
+                f"partition {tp.partition} of topic {tp.topic!r} does not exist (it has "
+                f"partitions 0-{max(info.partitions)})"
+            )
+    if last_error is not None:
+        return last_error
+    names = ", ".join(f"{tp.topic}-{tp.partition}" for tp in remaining)
+    return LeaderNotAvailableError(f"ListOffsets: no leader for {names}")
+
+
+def _check_poll_args(timeout_ms: object, max_records: object) -> None:
+    if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int | float):
+        raise TypeError(f"timeout_ms must be a number of milliseconds, got {timeout_ms!r}")
+    if not timeout_ms >= 0:
+        raise ValueError(f"timeout_ms must be >= 0, got {timeout_ms!r}")
+    if max_records is not None and (
+        isinstance(max_records, bool) or not isinstance(max_records, int) or max_records < 1
+    ):
+        raise ValueError(f"max_records must be a positive int (or None), got {max_records!r}")
 
 
 class TruncationAction(msgspec.Struct, frozen=True, kw_only=True):
@@ -159,14 +245,28 @@ class AsyncConsumer:
         consumer_timeout_ms: float = float("inf"),
     ) -> None:
         if auto_offset_reset not in ("earliest", "latest", "none"):
-            raise ValueError(
+            raise KafkaConfigurationError(
                 f"auto_offset_reset must be 'earliest', 'latest' or 'none', "
                 f"got {auto_offset_reset!r}"
             )
-        if max_poll_records < 1:
-            raise ValueError("max_poll_records must be >= 1")
+        check_number("max_poll_records", max_poll_records, minimum=1, integral=True)
+        check_number("fetch_max_wait_ms", fetch_max_wait_ms, minimum=0)
+        check_number("fetch_min_bytes", fetch_min_bytes, minimum=0, integral=True)
+        check_number("fetch_max_bytes", fetch_max_bytes, minimum=1, integral=True)
+        check_number(
+            "max_partition_fetch_bytes", max_partition_fetch_bytes, minimum=1, integral=True
+        )
+        check_number("request_timeout_ms", request_timeout_ms, minimum=1)
+        check_number("retry_backoff_ms", retry_backoff_ms, minimum=0)
+        check_number("metadata_max_age_ms", metadata_max_age_ms, minimum=0)
+        check_number("consumer_timeout_ms", consumer_timeout_ms, minimum=0)
         if request_timeout_ms <= fetch_max_wait_ms:
-            raise ValueError("request_timeout_ms must be larger than fetch_max_wait_ms")
+            raise KafkaConfigurationError(
+                f"request_timeout_ms ({request_timeout_ms}) must be larger than "
+                f"fetch_max_wait_ms ({fetch_max_wait_ms})"
+            )
+        if client_rack is not None and not isinstance(client_rack, str):
+            raise KafkaConfigurationError(f"client_rack must be a str, got {client_rack!r}")
         self.auto_offset_reset: OffsetReset = auto_offset_reset
         self.reset_on_truncation = reset_on_truncation
         self.fetch_max_wait_ms = fetch_max_wait_ms
@@ -183,7 +283,7 @@ class AsyncConsumer:
         self._bootstrap = bootstrap_servers
         self._client_id = client_id
         self._metadata_max_age_ms = metadata_max_age_ms
-        self._subscription: set[str] = set(topics)
+        self._subscription: set[str] = set(_topic_names(topics, "AsyncConsumer"))
         self._assignment: dict[TopicPartition, _PartitionState] = {}
         self._user_assigned = False
         self._conn: BrokerConnections | None = None
@@ -196,10 +296,16 @@ class AsyncConsumer:
         self._started = False
         self._closed = False
         self._metadata_task: asyncio.Task[None] | None = None
+        #: While a subscribed topic is missing from metadata: when to ask again, and
+        #: the pause after that (doubling up to `MISSING_TOPIC_BACKOFF_MAX_S`).
+        self._missing_topics_at = 0.0
+        self._missing_topics_backoff_s = retry_backoff_ms / 1000
 
     # ---- lifecycle ------------------------------------------------------------------
 
     async def start(self) -> None:
+        if self._closed:
+            raise ConsumerStoppedError("the consumer was stopped; create a new one")
         if self._started:
             return
         self._conn = BrokerConnections(
@@ -252,27 +358,72 @@ class AsyncConsumer:
         if not self._started:
             raise IllegalStateError("call `await consumer.start()` first")
 
+    def _check_not_closed(self) -> None:
+        if self._closed:
+            raise ConsumerStoppedError("the consumer is closed")
+
     # ---- assignment -----------------------------------------------------------------
 
-    def subscribe(self, topics: Iterable[str]) -> None:
+    def subscribe(self, topics: str | Iterable[str]) -> None:
         """Consume every partition of `topics` (static assignment, refreshed with
-        metadata, until consumer groups exist)."""
-        self._subscription = set(topics)
-        self._user_assigned = False
+        metadata, until consumer groups exist). A single topic may be given as a str;
+        an empty list unsubscribes.
+
+        Raises `IllegalStateError` if partitions were assigned with `assign()`
+        (the two are mutually exclusive, as in kafka-python: `unsubscribe()` first).
+        """
+        self._check_not_closed()
+        names = _topic_names([topics] if isinstance(topics, str) else topics, "subscribe()")
+        if self._user_assigned:
+            raise IllegalStateError(
+                "subscribe() and assign() are mutually exclusive: this consumer has "
+                "partitions assigned with assign(); call unsubscribe() first"
+            )
+        if not names:
+            self.unsubscribe()
+            return
+        self._subscription = set(names)
         if self._conn is not None:
             self._conn.add_topics(self._subscription)
+            self._missing_topics_at = 0.0
             self._request_metadata()
             self._update_subscription_assignment()
 
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
-        """Consume exactly these partitions (replaces any subscription)."""
-        wanted = {TopicPartition(tp.topic, tp.partition) for tp in partitions}
-        self._subscription = set()
+        """Consume exactly these partitions (a list of `TopicPartition`); an empty
+        list unassigns everything.
+
+        Raises `IllegalStateError` if the consumer is subscribed to topics (given to
+        the constructor or to `subscribe()`: `unsubscribe()` first).
+        """
+        self._check_not_closed()
+        if isinstance(partitions, str | TopicPartition) or not isinstance(partitions, Iterable):
+            raise TypeError(
+                "assign() takes a list of TopicPartition(topic, partition), got "
+                f"{type(partitions).__name__} {partitions!r}"
+            )
+        wanted = {_topic_partition(tp, "assign()") for tp in partitions}
+        if self._subscription:
+            raise IllegalStateError(
+                "assign() and subscribe() are mutually exclusive: this consumer is "
+                f"subscribed to {sorted(self._subscription)}; call unsubscribe() first"
+            )
+        if not wanted:
+            self.unsubscribe()
+            return
         self._user_assigned = True
         self._set_assignment(wanted)
         if self._conn is not None:
             self._conn.add_topics({tp.topic for tp in wanted})
             self._request_metadata()
+
+    def unsubscribe(self) -> None:
+        """Drop the subscription and every assigned partition (after which either
+        `subscribe()` or `assign()` may be called)."""
+        self._check_not_closed()
+        self._subscription = set()
+        self._user_assigned = False
+        self._set_assignment(set())
 
     def assignment(self) -> set[TopicPartition]:
         return set(self._assignment)
@@ -317,9 +468,12 @@ class AsyncConsumer:
 
     def seek(self, partition: TopicPartition, offset: int) -> None:
         """Make `offset` the next offset `getmany` / `poll` returns for `partition`."""
+        self._check_not_closed()
+        if isinstance(offset, bool) or not isinstance(offset, int):
+            raise TypeError(f"offset must be an int, got {type(offset).__name__} {offset!r}")
         if offset < 0:
             raise ValueError(f"offset must be >= 0, got {offset}")
-        self._set_position(self._state(partition), offset, -1)
+        self._set_position(self._state(_topic_partition(partition, "seek()")), offset, -1)
 
     def _set_position(self, state: _PartitionState, offset: int, epoch: int) -> None:
         state.generation += 1
@@ -334,29 +488,44 @@ class AsyncConsumer:
         state.retry_after = 0.0
         self._wake()
 
-    async def seek_to_beginning(self, *partitions: TopicPartition) -> None:
+    async def seek_to_beginning(self, *partitions: PartitionArg) -> None:
         await self._seek_to(EARLIEST, partitions)
 
-    async def seek_to_end(self, *partitions: TopicPartition) -> None:
+    async def seek_to_end(self, *partitions: PartitionArg) -> None:
         await self._seek_to(LATEST, partitions)
 
-    async def _seek_to(self, which: int, partitions: Sequence[TopicPartition]) -> None:
+    async def _seek_to(self, which: int, partitions: Sequence[PartitionArg]) -> None:
         self._check_open()
-        tps = list(partitions) or list(self._assignment)
+        what = "seek_to_beginning()" if which == EARLIEST else "seek_to_end()"
+        tps = _partition_args(partitions, what) or list(self._assignment)
+        states = {tp: self._state(tp) for tp in tps}  # unassigned: fail before any request
+        generations = {tp: state.generation for tp, state in states.items()}
         offsets = await self._list_offsets({tp: which for tp in tps})
         for tp, offset in offsets.items():
-            self._set_position(self._state(tp), offset, -1)
+            state = self._assignment.get(tp)
+            if state is not None and state.generation == generations[tp]:
+                self._set_position(state, offset, -1)
 
     async def position(self, partition: TopicPartition) -> int:
-        """The offset of the next record `getmany` / `poll` returns for `partition`."""
+        """The offset of the next record `getmany` / `poll` returns for `partition`.
+
+        Looks the offset up (per `auto_offset_reset`) when the partition has none
+        yet; raises the partition's error (e.g. `UnknownTopicOrPartitionError` when
+        it does not exist) if that does not succeed within `request_timeout_ms`.
+        """
         self._check_open()
-        state = self._state(partition)
-        if state.error is not None:
-            raise state.error
+        tp = _topic_partition(partition, "position()")
+        state = self._state(tp)
+        if state.error is not None and not isinstance(state.error, RecordDeserializationError):
+            raise state.error  # (the position of an undecodable record is that record)
         if state.reset_to is None and state.fetch_offset < 0:
-            raise NoOffsetForPartitionError(partition)
+            raise NoOffsetForPartitionError(tp)
         if state.reset_to is not None:
-            await self._reset_positions([TopicPartition(partition.topic, partition.partition)])
+            which, generation = state.reset_to, state.generation
+            offsets = await self._list_offsets({tp: which})
+            state = self._state(tp)
+            if state.reset_to == which and state.generation == generation:
+                self._set_position(state, offsets[tp], -1)
             if state.error is not None:
                 raise state.error
         return self._position(state)
@@ -377,78 +546,119 @@ class AsyncConsumer:
     async def beginning_offsets(
         self, partitions: Iterable[TopicPartition]
     ) -> dict[TopicPartition, int]:
+        """The log start offset of each partition (assigned or not).
+
+        Raises `UnknownTopicOrPartitionError` for a partition that does not exist
+        (after retrying for `request_timeout_ms`: it may be being created)."""
         self._check_open()
-        return await self._list_offsets({tp: EARLIEST for tp in partitions})
+        tps = _partition_args([partitions], "beginning_offsets()")
+        return await self._list_offsets({tp: EARLIEST for tp in tps})
 
     async def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        """The high watermark of each partition (the offset after the last readable record)."""
+        """The high watermark of each partition (the offset after the last readable
+        record); errors as `beginning_offsets`."""
         self._check_open()
-        return await self._list_offsets({tp: LATEST for tp in partitions})
+        tps = _partition_args([partitions], "end_offsets()")
+        return await self._list_offsets({tp: LATEST for tp in tps})
+
+    async def topics(self) -> set[str]:
+        """Every topic in the cluster (kafka-python's `topics()`)."""
+        self._check_open()
+        assert self._conn is not None
+        view = await self._conn.fetch_view([])
+        return set(view.topics) - {
+            name for name, info in view.topics.items() if info.error_code != ErrorCode.NONE
+        }
+
+    async def partitions_for_topic(self, topic: str) -> set[int] | None:
+        """The partition ids of `topic`, or None when it does not exist."""
+        self._check_open()
+        assert self._conn is not None
+        check_topic_name(topic)
+        found = self._conn.view.partitions_for(topic)
+        if found is None:
+            found = (await self._conn.fetch_view([topic])).partitions_for(topic)
+        return None if found is None else set(found)
 
     async def _list_offsets(self, wanted: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
         """ListOffsets grouped by leader, retrying retriable errors until the request
-        timeout; raises the first definite error."""
+        timeout; raises the first definite error, or why the rest could not be found."""
         assert self._conn is not None
         deadline = time.monotonic() + self.request_timeout_ms / 1000
         remaining = {TopicPartition(tp.topic, tp.partition): ts for tp, ts in wanted.items()}
         found: dict[TopicPartition, int] = {}
         last_error: BaseException | None = None
         while remaining:
-            view = self._conn.view
-            if any(view.leader(*tp) is None for tp in remaining):
-                with contextlib.suppress(KafkaConnectionError):
-                    await self._conn.refresh({tp.topic for tp in remaining})
-                view = self._conn.view
-            by_leader: dict[int, list[TopicPartition]] = {}
-            for tp in remaining:
-                leader = view.leader(*tp)
-                if leader is not None:
-                    by_leader.setdefault(leader.broker_id, []).append(tp)
-            for broker_id, tps in by_leader.items():
-                request = broker_pb2.ListOffsetsRequest(
-                    partitions=[
-                        broker_pb2.ListOffsetsPartition(
-                            topic=tp.topic,
-                            partition=tp.partition,
-                            timestamp_ms=remaining[tp],
-                            current_leader_epoch=self._leader_epoch(tp),
-                        )
-                        for tp in tps
-                    ]
-                )
-                try:
-                    response = await self._conn.broker_stub(view.brokers[broker_id]).ListOffsets(
-                        request, timeout=self._conn.timeout_s
-                    )
-                except grpc.aio.AioRpcError as exc:
-                    last_error = KafkaConnectionError(
-                        f"ListOffsets to broker {broker_id}: {exc.code().name} {exc.details()}"
-                    )
-                    continue
-                for part in response.partitions:
-                    tp = TopicPartition(part.topic, part.partition)
-                    if tp not in remaining:
-                        continue
-                    if part.error_code == ErrorCode.NONE:
-                        found[tp] = part.offset
-                        del remaining[tp]
-                        continue
-                    error = from_response(
-                        part.error_code,
-                        part.error_message,
-                        context=f"ListOffsets {tp.topic}-{tp.partition}",
-                    )
-                    if not error.retriable:
-                        raise error
-                    last_error = error
+            got, errors = await self._list_offsets_once(remaining)
+            for tp, offset in got.items():
+                found[tp] = offset
+                del remaining[tp]
+            for error in errors.values():
+                if isinstance(error, MiniKafkaClientError) and not error.retriable:
+                    raise error
+                last_error = error
             if not remaining:
                 break
             if time.monotonic() >= deadline:
-                raise last_error or KafkaConnectionError("ListOffsets: no leader for partitions")
+                raise _missing_partition_error(self._conn.view, remaining, last_error)
             with contextlib.suppress(KafkaConnectionError):
                 await self._conn.refresh({tp.topic for tp in remaining})
             await asyncio.sleep(self.retry_backoff_ms / 1000)
         return found
+
+    async def _list_offsets_once(
+        self, wanted: dict[TopicPartition, int]
+    ) -> tuple[dict[TopicPartition, int], dict[TopicPartition, BaseException]]:
+        """One ListOffsets per leader of `wanted`: (offsets found, errors by partition).
+        Partitions without a known leader are in neither."""
+        assert self._conn is not None
+        found: dict[TopicPartition, int] = {}
+        errors: dict[TopicPartition, BaseException] = {}
+        view = self._conn.view
+        if any(view.leader(*tp) is None for tp in wanted):
+            with contextlib.suppress(KafkaConnectionError):
+                await self._conn.refresh({tp.topic for tp in wanted})
+            view = self._conn.view
+        by_leader: dict[int, list[TopicPartition]] = {}
+        for tp in wanted:
+            leader = view.leader(*tp)
+            if leader is not None:
+                by_leader.setdefault(leader.broker_id, []).append(tp)
+        for broker_id, tps in by_leader.items():
+            request = broker_pb2.ListOffsetsRequest(
+                partitions=[
+                    broker_pb2.ListOffsetsPartition(
+                        topic=tp.topic,
+                        partition=tp.partition,
+                        timestamp_ms=wanted[tp],
+                        current_leader_epoch=self._leader_epoch(tp),
+                    )
+                    for tp in tps
+                ]
+            )
+            try:
+                response = await self._conn.broker_stub(view.brokers[broker_id]).ListOffsets(
+                    request, timeout=self._conn.timeout_s
+                )
+            except grpc.aio.AioRpcError as exc:
+                error = KafkaConnectionError(
+                    f"ListOffsets to broker {broker_id}: {exc.code().name} {exc.details()}"
+                )
+                errors.update(dict.fromkeys(tps, error))
+                continue
+            for part in response.partitions:
+                tp = TopicPartition(part.topic, part.partition)
+                if tp not in wanted:
+                    continue
+                if part.error_code == ErrorCode.NONE:
+                    found[tp] = part.offset
+                else:
+                    errors[tp] = from_response(
+                        part.error_code,
+                        part.error_message,
+                        context=f"ListOffsets {tp.topic}-{tp.partition}",
+                    )
+        return found, errors
 
     def _leader_epoch(self, tp: TopicPartition) -> int:
         assert self._conn is not None
@@ -456,6 +666,9 @@ class AsyncConsumer:
         return info.leader_epoch if info is not None else -1
 
     async def _reset_positions(self, tps: Sequence[TopicPartition]) -> None:
+        """Look up the offsets of partitions waiting for a reset, in one attempt: one
+        that fails (e.g. its topic does not exist yet) must not hold up the others;
+        the fetch loop tries it again after `retry_backoff_ms`."""
         wanted: dict[TopicPartition, int] = {}
         for tp in tps:
             state = self._assignment.get(tp)
@@ -463,19 +676,18 @@ class AsyncConsumer:
                 wanted[tp] = state.reset_to
         if not wanted:
             return
-        try:
-            offsets = await self._list_offsets(wanted)
-        except MiniKafkaClientError as exc:
-            if exc.retriable:
-                logger.debug("offset reset deferred: %s", exc)
-                return
-            for tp in wanted:
-                self._assignment[tp].error = exc
-            return
+        offsets, errors = await self._list_offsets_once(wanted)
         for tp, offset in offsets.items():
             state = self._assignment.get(tp)
             if state is not None and state.reset_to == wanted[tp]:
                 self._set_position(state, offset, -1)
+        for tp, error in errors.items():
+            if isinstance(error, MiniKafkaClientError) and error.retriable:
+                logger.debug("offset reset of %s deferred: %s", tp, error)
+                continue
+            state = self._assignment.get(tp)
+            if state is not None and state.reset_to == wanted[tp]:
+                state.error = error
 
     # ---- fetching -------------------------------------------------------------------
 
@@ -523,7 +735,7 @@ class AsyncConsumer:
                 self._request_metadata()
             by_node: dict[int, list[TopicPartition]] = {}
             missing_leader = False
-            next_retry = float("inf")
+            next_retry = self._check_missing_topics(now)
             for tp, state in self._assignment.items():
                 if (
                     state.in_flight
@@ -550,29 +762,55 @@ class AsyncConsumer:
                 self._request_metadata()
                 next_retry = min(next_retry, now + self.retry_backoff_ms / 1000)
             for broker_id, tps in by_node.items():
-                for tp in tps:
-                    self._assignment[tp].in_flight = True
-                task = asyncio.create_task(self._fetch(broker_id, tps))
+                planned = {tp: self._assignment[tp] for tp in tps}
+                for state in planned.values():
+                    state.in_flight = True
+                task = asyncio.create_task(self._fetch(broker_id, planned))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
             wait_s = min(max(next_retry - time.monotonic(), 0.0), 1.0)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake_fetcher.wait(), wait_s)
 
-    async def _fetch(self, broker_id: int, tps: list[TopicPartition]) -> None:
+    def _check_missing_topics(self, now: float) -> float:
+        """While a subscribed topic is not in metadata (not created yet), ask for
+        metadata again with back-off, so the consumer picks it up soon after it is
+        created (as Kafka's consumer does) rather than at the next `metadata_max_age_ms`.
+        Returns when to check again (inf: nothing missing)."""
         assert self._conn is not None
-        generations = {tp: self._assignment[tp].generation for tp in tps}
+        if self._user_assigned or not self._subscription:
+            return float("inf")
+        view = self._conn.view
+        if all(view.partitions_for(topic) is not None for topic in self._subscription):
+            self._missing_topics_backoff_s = self.retry_backoff_ms / 1000
+            return float("inf")
+        if now >= self._missing_topics_at:
+            self._request_metadata()
+            pause = min(max(self._missing_topics_backoff_s, 0.05), MISSING_TOPIC_BACKOFF_MAX_S)
+            self._missing_topics_at = now + pause
+            self._missing_topics_backoff_s = pause * 2
+        return self._missing_topics_at
+
+    async def _fetch(self, broker_id: int, planned: dict[TopicPartition, _PartitionState]) -> None:
+        assert self._conn is not None
+        # Partitions unassigned (or unassigned and assigned again: a new state with its
+        # own fetch) since the fetch was planned are left out.
+        tps = [tp for tp, state in planned.items() if self._assignment.get(tp) is state]
+        generations = {tp: planned[tp].generation for tp in tps}
         try:
-            await self._fetch_inner(broker_id, tps, generations)
+            if tps:
+                await self._fetch_inner(broker_id, tps, generations, planned)
         finally:
-            for tp in tps:
-                state = self._assignment.get(tp)
-                if state is not None:
-                    state.in_flight = False
+            for state in planned.values():
+                state.in_flight = False
             self._wake()
 
     async def _fetch_inner(
-        self, broker_id: int, tps: list[TopicPartition], generations: dict[TopicPartition, int]
+        self,
+        broker_id: int,
+        tps: list[TopicPartition],
+        generations: dict[TopicPartition, int],
+        planned: dict[TopicPartition, _PartitionState],
     ) -> None:
         assert self._conn is not None
         assert self._data_ready is not None
@@ -622,7 +860,11 @@ class AsyncConsumer:
         for part in response.partitions:
             tp = TopicPartition(part.topic, part.partition)
             current = self._assignment.get(tp)
-            if current is None or generations.get(tp) != current.generation:
+            if (
+                current is None
+                or current is not planned.get(tp)
+                or generations.get(tp) != current.generation
+            ):
                 continue  # unassigned or seeked while the fetch was in flight
             if self._handle_partition(tp, current, part, broker_id):
                 got_data = True
@@ -774,10 +1016,43 @@ class AsyncConsumer:
             )
             state.raw.insert(0, (data, start))
             return
+        except Exception:  # a deserializer failed: find the record, keep the ones before
+            self._stop_at_undecodable(tp, state, data, start)
+            return
         state.records = fetched.records
         state.records_index = 0
         if not state.raw:
             self._wake()
+
+    def _stop_at_undecodable(
+        self, tp: TopicPartition, state: _PartitionState, data: bytes, start: int
+    ) -> None:
+        """A deserializer raised on a record of `data`: hand out the records before it,
+        then stop at it with a `RecordDeserializationError` (until the user seeks)."""
+        plain = decode_fetched(tp.topic, tp.partition, data, position=start).records
+        good: list[ConsumerRecord] = []
+        for record in plain:
+            try:
+                good.append(self._deserialized(record))
+            except Exception as exc:
+                if good:  # deliver these first; the failing record comes next
+                    state.records = good
+                    state.records_index = 0
+                    state.raw.insert(0, (data, record.offset))
+                else:
+                    state.raw.insert(0, (data, record.offset))
+                    state.error = RecordDeserializationError(tp, record.offset, exc)
+                return
+        state.records = good  # every record decodes now (a flaky deserializer)
+        state.records_index = 0
+
+    def _deserialized(self, record: ConsumerRecord) -> ConsumerRecord:
+        key, value = record.key, record.value
+        if self._key_deserializer is not None and key is not None:
+            key = self._key_deserializer(key)
+        if self._value_deserializer is not None and value is not None:
+            value = self._value_deserializer(value)
+        return msgspec.structs.replace(record, key=key, value=value)
 
     def _raise_pending_error(self) -> None:
         """Raise the first partition error. Truncation, out-of-range and corruption stay
@@ -786,7 +1061,11 @@ class AsyncConsumer:
             error = state.error
             if error is not None:
                 if not isinstance(
-                    error, LogTruncationError | OffsetOutOfRangeError | CorruptRecordError
+                    error,
+                    LogTruncationError
+                    | OffsetOutOfRangeError
+                    | CorruptRecordError
+                    | RecordDeserializationError,
                 ):
                     state.error = None
                     state.retry_after = time.monotonic() + self.retry_backoff_ms / 1000
@@ -801,6 +1080,12 @@ class AsyncConsumer:
         `timeout_ms` for some to arrive; `{}` when none did."""
         self._check_open()
         assert self._data_ready is not None
+        _check_poll_args(timeout_ms, max_records)
+        if not self._subscription and not self._user_assigned:
+            raise IllegalStateError(
+                "the consumer is not subscribed to any topic nor assigned any partition: "
+                "call subscribe() or assign() first"
+            )
         limit = max_records or self.max_poll_records
         deadline = time.monotonic() + timeout_ms / 1000
         while True:
@@ -811,6 +1096,7 @@ class AsyncConsumer:
                 result = self._take(limit)
             if result:
                 return result
+            self._raise_pending_error()  # one found while decoding
             remaining = deadline - time.monotonic()
             if remaining <= 0 or self._closed:
                 return {}
@@ -824,7 +1110,7 @@ class AsyncConsumer:
     def _take_from(
         self, partitions: Sequence[TopicPartition], limit: int
     ) -> dict[TopicPartition, list[ConsumerRecord]]:
-        wanted = {TopicPartition(tp.topic, tp.partition) for tp in partitions}
+        wanted = set(_partition_args(partitions, "getmany()"))
         for tp in wanted:
             self._state(tp)
         saved = self._assignment
@@ -833,6 +1119,26 @@ class AsyncConsumer:
             return self._take(limit)
         finally:
             self._assignment = saved
+
+    def _generations(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        return {tp: self._assignment[tp].generation for tp in tps if tp in self._assignment}
+
+    def _unread(
+        self, records: Sequence[ConsumerRecord], generations: dict[TopicPartition, int]
+    ) -> None:
+        """Give back records handed out but not delivered to the user (the sync
+        iterator's read-ahead), so they are the next ones returned and `position`
+        counts them as unread. A partition sought (or reset) since then keeps its
+        new position instead."""
+        by_tp: dict[TopicPartition, list[ConsumerRecord]] = {}
+        for record in records:
+            by_tp.setdefault(TopicPartition(record.topic, record.partition), []).append(record)
+        for tp, unread in by_tp.items():
+            state = self._assignment.get(tp)
+            if state is None or state.generation != generations.get(tp):
+                continue
+            state.records = unread + state.records[state.records_index :]
+            state.records_index = 0
 
     async def poll(
         self, timeout_ms: int = 0, max_records: int | None = None
@@ -851,9 +1157,14 @@ class AsyncConsumer:
         return self._iterate()
 
     async def _iterate(self) -> AsyncIterator[ConsumerRecord]:
+        """Records until `consumer_timeout_ms` passes without one, or the consumer
+        is stopped (as aiokafka's `async for` ends)."""
         idle_since = time.monotonic()
         while not self._closed:
-            batch = await self.getmany(timeout_ms=min(1000, int(self.consumer_timeout_ms)))
+            try:
+                batch = await self.getmany(timeout_ms=min(1000, int(self.consumer_timeout_ms)))
+            except ConsumerStoppedError:
+                return
             if not batch:
                 if (time.monotonic() - idle_since) * 1000 >= self.consumer_timeout_ms:
                     return
@@ -884,6 +1195,10 @@ class Consumer:
                       auto_offset_reset="earliest", consumer_timeout_ms=1000) as consumer:
             for record in consumer:          # stops after 1 s without records
                 print(record.offset, record.value)
+
+    Iteration reads ahead a batch of records; `poll`, `position`, `seek` and the
+    other calls first give back what the iterator has not yielded yet, so mixing
+    iteration with them never skips a record.
     """
 
     def __init__(
@@ -892,7 +1207,11 @@ class Consumer:
         bootstrap_servers: str | Sequence[str] = "localhost:9092",
         **config: Any,
     ) -> None:
-        self._thread = LoopThread("minikafka-consumer")
+        check_config_keys("Consumer", config, AsyncConsumer.__init__)
+        self._thread = LoopThread(
+            "minikafka-consumer",
+            closed_error=lambda: ConsumerStoppedError("the consumer is closed"),
+        )
         try:
             self._inner: AsyncConsumer = self._thread.run(
                 self._make(topics, bootstrap_servers, config)
@@ -902,6 +1221,7 @@ class Consumer:
             raise
         self._iter_buffer: list[ConsumerRecord] = []
         self._iter_index = 0
+        self._iter_generations: dict[TopicPartition, int] = {}
         self._closed = False
 
     @staticmethod
@@ -918,13 +1238,28 @@ class Consumer:
 
         return self._thread.run(run())
 
-    def subscribe(self, topics: Iterable[str]) -> None:
-        topic_list = list(topics)
+    def _give_back(self) -> None:
+        """Return the iterator's read-ahead to the consumer (see the class docstring)."""
+        if self._iter_index < len(self._iter_buffer):
+            unread = self._iter_buffer[self._iter_index :]
+            generations = self._iter_generations
+            self._call(lambda: self._inner._unread(unread, generations))
+        self._iter_buffer = []
+        self._iter_index = 0
+
+    def subscribe(self, topics: str | Iterable[str]) -> None:
+        self._give_back()
+        topic_list = [topics] if isinstance(topics, str) else list(topics)
         self._call(lambda: self._inner.subscribe(topic_list))
 
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
-        tps = list(partitions)
+        self._give_back()
+        tps = partitions if isinstance(partitions, str | TopicPartition) else list(partitions)
         self._call(lambda: self._inner.assign(tps))
+
+    def unsubscribe(self) -> None:
+        self._give_back()
+        self._call(self._inner.unsubscribe)
 
     def assignment(self) -> set[TopicPartition]:
         result: set[TopicPartition] = self._call(self._inner.assignment)
@@ -934,28 +1269,34 @@ class Consumer:
         result: set[str] = self._call(self._inner.subscription)
         return result
 
+    def topics(self) -> set[str]:
+        return self._thread.run(self._inner.topics())
+
+    def partitions_for_topic(self, topic: str) -> set[int] | None:
+        return self._thread.run(self._inner.partitions_for_topic(topic))
+
     def poll(
         self, timeout_ms: int = 0, max_records: int | None = None
     ) -> dict[TopicPartition, list[ConsumerRecord]]:
         """`{TopicPartition: [ConsumerRecord]}`, waiting up to `timeout_ms` for records."""
-        self._iter_buffer = []
-        self._iter_index = 0
+        _check_poll_args(timeout_ms, max_records)
+        self._give_back()
         return self._thread.run(self._inner.getmany(timeout_ms=timeout_ms, max_records=max_records))
 
     def seek(self, partition: TopicPartition, offset: int) -> None:
-        self._iter_buffer = []
-        self._iter_index = 0
+        self._give_back()
         self._call(lambda: self._inner.seek(partition, offset))
 
-    def seek_to_beginning(self, *partitions: TopicPartition) -> None:
-        self._iter_buffer = []
+    def seek_to_beginning(self, *partitions: PartitionArg) -> None:
+        self._give_back()
         self._thread.run(self._inner.seek_to_beginning(*partitions))
 
-    def seek_to_end(self, *partitions: TopicPartition) -> None:
-        self._iter_buffer = []
+    def seek_to_end(self, *partitions: PartitionArg) -> None:
+        self._give_back()
         self._thread.run(self._inner.seek_to_end(*partitions))
 
     def position(self, partition: TopicPartition) -> int:
+        self._give_back()
         return self._thread.run(self._inner.position(partition))
 
     def highwater(self, partition: TopicPartition) -> int | None:
@@ -963,37 +1304,54 @@ class Consumer:
         return result
 
     def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        return self._thread.run(self._inner.beginning_offsets(list(partitions)))
+        tps = partitions if isinstance(partitions, str | TopicPartition) else list(partitions)
+        return self._thread.run(self._inner.beginning_offsets(tps))
 
     def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        return self._thread.run(self._inner.end_offsets(list(partitions)))
+        tps = partitions if isinstance(partitions, str | TopicPartition) else list(partitions)
+        return self._thread.run(self._inner.end_offsets(tps))
 
     def __iter__(self) -> Iterator[ConsumerRecord]:
         return self
 
     def __next__(self) -> ConsumerRecord:
-        """The next record; `StopIteration` after `consumer_timeout_ms` without one."""
+        """The next record; `StopIteration` after `consumer_timeout_ms` without one,
+        or once the consumer is closed."""
         if self._iter_index < len(self._iter_buffer):
             record = self._iter_buffer[self._iter_index]
             self._iter_index += 1
             return record
+        if self._closed:
+            raise StopIteration
         idle_since = time.monotonic()
         limit_ms = self._inner.consumer_timeout_ms
         while True:
             wait_ms = int(min(1000.0, max(limit_ms - (time.monotonic() - idle_since) * 1000, 0)))
-            batch = self._thread.run(self._inner.getmany(timeout_ms=wait_ms))
+            try:
+                batch, generations = self._thread.run(self._read_ahead(wait_ms))
+            except ConsumerStoppedError:
+                raise StopIteration from None
             records = [r for recs in batch.values() for r in recs]
             if records:
                 self._iter_buffer = records
                 self._iter_index = 1
+                self._iter_generations = generations
                 return records[0]
             if (time.monotonic() - idle_since) * 1000 >= limit_ms:
                 raise StopIteration
+
+    async def _read_ahead(
+        self, wait_ms: int
+    ) -> tuple[dict[TopicPartition, list[ConsumerRecord]], dict[TopicPartition, int]]:
+        batch = await self._inner.getmany(timeout_ms=wait_ms)
+        return batch, self._inner._generations(batch)
 
     def close(self) -> None:
         if self._closed:
             return
         self._closed = True
+        self._iter_buffer = []
+        self._iter_index = 0
         try:
             self._thread.run(self._inner.stop(), 10.0)
         finally:

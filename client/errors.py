@@ -10,7 +10,10 @@ conditions with no wire code (`KafkaTimeoutError`, `NoBrokersAvailable`,
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar
+import difflib
+import inspect
+from collections.abc import Callable, Collection, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from minikafka.errors import (
     INVALID_METADATA_CODES,
@@ -285,6 +288,65 @@ class IllegalStateError(MiniKafkaClientError):
     invalid_metadata = False
 
 
+class KafkaConfigurationError(MiniKafkaClientError, TypeError, ValueError):
+    """A client was given a config key it does not know, or a value it cannot use.
+
+    kafka-python's name. Also a `TypeError` (what Python raises for an unexpected
+    keyword argument) and a `ValueError` (what a bad value raises), so code written
+    for either catches it.
+    """
+
+    default_code = ErrorCode.INVALID_CONFIG
+    retriable = False
+    invalid_metadata = False
+
+
+#: kafka-python config keys the client does not support yet, with why.
+_UNSUPPORTED_HINTS: Mapping[str, str] = {
+    "group_id": "consumer groups are not supported yet: use assign() / subscribe() "
+    "without a group and keep offsets yourself",
+    "enable_auto_commit": "consumer groups (and so offset commits) are not supported yet",
+    "auto_commit_interval_ms": "consumer groups (and so offset commits) are not supported yet",
+    "security_protocol": "minikafka speaks plaintext gRPC only",
+    "sasl_mechanism": "minikafka has no authentication",
+    "api_version": "minikafka speaks gRPC, not the Kafka protocol: there is no API version",
+}
+
+
+def check_config_keys(owner: str, config: Mapping[str, Any], target: Callable[..., Any]) -> None:
+    """Raise `KafkaConfigurationError` naming every key of `config` that `target`
+    (the constructor the keys are passed on to) does not accept, with the closest
+    valid names; as kafka-python does for unrecognized configs."""
+    parameters = inspect.signature(target).parameters
+    accepted = {
+        name
+        for name, p in parameters.items()
+        if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) and name != "self"
+    }
+    unknown = sorted(k for k in config if k not in accepted)
+    if unknown:
+        raise unknown_config_error(owner, unknown, accepted)
+
+
+def unknown_config_error(
+    owner: str, unknown: Collection[str], accepted: Collection[str]
+) -> KafkaConfigurationError:
+    parts = []
+    for key in unknown:
+        hint = _UNSUPPORTED_HINTS.get(key)
+        close = difflib.get_close_matches(key, sorted(accepted), n=1)
+        if hint:
+            parts.append(f"{key!r} ({hint})")
+        elif close:
+            parts.append(f"{key!r} (did you mean {close[0]!r}?)")
+        else:
+            parts.append(repr(key))
+    return KafkaConfigurationError(
+        f"{owner}: unrecognized config key(s) {', '.join(parts)}; "
+        f"valid keys: {', '.join(sorted(accepted))}"
+    )
+
+
 class ProducerClosedError(IllegalStateError):
     """`send()` after `close()` / `stop()`."""
 
@@ -303,6 +365,28 @@ class NoOffsetForPartitionError(MiniKafkaClientError):
     def __init__(self, tp: TopicPartition) -> None:
         self.tp = tp
         super().__init__(f"no position for {tp.topic}-{tp.partition} and auto_offset_reset='none'")
+
+
+class RecordDeserializationError(MiniKafkaClientError):
+    """The consumer's `key_deserializer` or `value_deserializer` failed on the record
+    at `offset` of `tp` (the original exception is the `__cause__`).
+
+    As Kafka's `RecordDeserializationException`: the records before it are delivered,
+    the position stays at the failing record and every poll raises this again until
+    the user seeks past it (`consumer.seek(tp, error.offset + 1)`).
+    """
+
+    retriable = False
+    invalid_metadata = False
+
+    def __init__(self, tp: TopicPartition, offset: int, cause: BaseException) -> None:
+        self.tp = tp
+        self.offset = offset
+        super().__init__(
+            f"cannot deserialize the record at offset {offset} of {tp.topic}-{tp.partition}: "
+            f"{type(cause).__name__}: {cause} (seek to {offset + 1} to skip it)"
+        )
+        self.__cause__ = cause
 
 
 class LogTruncationError(MiniKafkaClientError):

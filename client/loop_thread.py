@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-from client.errors import KafkaTimeoutError
+from client.errors import IllegalStateError, KafkaTimeoutError
 
 T = TypeVar("T")
 
@@ -28,7 +28,13 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
 
 
 class LoopThread:
-    def __init__(self, name: str) -> None:
+    """`closed_error` builds the exception `run` raises once `stop` was called (the
+    client was closed); by default an `IllegalStateError` naming the thread."""
+
+    def __init__(self, name: str, closed_error: Callable[[], BaseException] | None = None) -> None:
+        self.name = name
+        self._closed_error = closed_error
+        self._stopped = False
         self.loop = new_event_loop()
         self._thread = threading.Thread(target=self._main, name=name, daemon=True)
         self._thread.start()
@@ -48,6 +54,11 @@ class LoopThread:
         if self.in_loop_thread:
             coro.close()
             raise RuntimeError("a blocking client call was made from the client's own loop")
+        if self._stopped or self.loop.is_closed():
+            coro.close()
+            if self._closed_error is not None:
+                raise self._closed_error()
+            raise IllegalStateError(f"{self.name}: the client is closed")
         future = asyncio.run_coroutine_threadsafe(coro, self.loop)
         # Wait first, then take the result: the coroutine's own KafkaTimeoutError is also
         # a TimeoutError and must not be mistaken for ours.
@@ -61,6 +72,7 @@ class LoopThread:
         self.loop.call_soon_threadsafe(callback)
 
     def stop(self, timeout_s: float = 5.0) -> None:
+        self._stopped = True
         if self.loop.is_closed():
             return
         self.loop.call_soon_threadsafe(self.loop.stop)

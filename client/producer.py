@@ -42,6 +42,7 @@ from client.errors import (
     MessageSizeTooLargeError,
     MiniKafkaClientError,
     ProducerClosedError,
+    check_config_keys,
     from_response,
 )
 from client.loop_thread import LoopThread
@@ -52,6 +53,8 @@ from client.transport import (
     BrokerConnections,
     LeaderMoved,
     await_unless_moved,
+    check_number,
+    check_topic_name,
     is_connection_error,
 )
 from minikafka.errors import INVALID_METADATA_CODES, RETRIABLE_CODES, ErrorCode
@@ -118,6 +121,30 @@ def _now_ms() -> float:
     return time.monotonic() * 1000
 
 
+def _header_pairs(headers: Any) -> tuple[list[tuple[str, bytes]], int]:
+    """`headers` as a list of `(str, bytes)` pairs and their estimated size; a clear
+    `TypeError` for anything else (a dict, a pair of the wrong shape)."""
+    if isinstance(headers, str | bytes | dict) or not isinstance(headers, Sequence):
+        raise TypeError(
+            "headers must be a list of (str, bytes) pairs, e.g. [('trace-id', b'42')], got "
+            f"{type(headers).__name__}"
+        )
+    pairs: list[tuple[str, bytes]] = []
+    size = 0
+    for pair in headers:
+        if not (isinstance(pair, tuple | list) and len(pair) == 2):
+            raise TypeError(f"each header must be a (str, bytes) pair, got {pair!r}")
+        name, data = pair
+        if not isinstance(name, str) or not isinstance(data, bytes):
+            raise TypeError(
+                f"each header must be a (str, bytes) pair, got ({type(name).__name__}, "
+                f"{type(data).__name__})"
+            )
+        size += len(name) + len(data) + 4
+        pairs.append((name, data))
+    return pairs, size
+
+
 def _to_bytes(
     what: str, data: Any, serializer: Serializer | None
 ) -> bytes | None:  # kafka-python semantics
@@ -168,6 +195,20 @@ class AsyncProducer:
         value_serializer: Serializer | None = None,
     ) -> None:
         self.acks = parse_acks(acks)
+        for name, value, minimum in (
+            ("linger_ms", linger_ms, 0),
+            ("batch_size", batch_size, 1),
+            ("buffer_memory", buffer_memory, 1),
+            ("max_request_size", max_request_size, 1),
+            ("retry_backoff_ms", retry_backoff_ms, 0),
+            ("request_timeout_ms", request_timeout_ms, 1),
+            ("delivery_timeout_ms", delivery_timeout_ms, 1),
+            ("max_block_ms", max_block_ms, 0),
+            ("metadata_max_age_ms", metadata_max_age_ms, 0),
+        ):
+            check_number(name, value, minimum=minimum)
+        if retries is not None:
+            check_number("retries", retries, minimum=0, integral=True)
         if enable_idempotence is None:
             enable_idempotence = self.acks == -1
         if enable_idempotence and self.acks != -1:
@@ -241,6 +282,8 @@ class AsyncProducer:
 
     async def start(self) -> None:
         """Connect, fetch metadata and (when idempotent) a producer id; start sending."""
+        if self._closed:
+            raise ProducerClosedError("the producer was stopped; create a new one")
         if self._started:
             return
         self._loop = asyncio.get_running_loop()
@@ -442,21 +485,20 @@ class AsyncProducer:
             if value is not None:
                 size += len(value)
         if headers:
-            pairs = []
-            for name, data in headers:
-                if not isinstance(name, str) or not isinstance(data, bytes):
-                    raise TypeError("headers must be a list of (str, bytes) pairs")
-                size += len(name) + len(data) + 4
-                pairs.append((name, data))
-            headers = pairs
+            headers, header_bytes = _header_pairs(headers)
+            size += header_bytes
         else:
             headers = None
         if size > self.max_request_size:
             raise MessageSizeTooLargeError(
                 f"record of ~{size} bytes exceeds max_request_size={self.max_request_size}"
             )
-        route = self._topic_cache.get(topic)
+        try:
+            route = self._topic_cache.get(topic)
+        except TypeError:  # unhashable: no topic name (check_topic_name says so)
+            route = None
         if route is None or route.view is not self._conn.view:  # type: ignore[union-attr]
+            check_topic_name(topic)
             route = self._route(topic)
             if route is None:
                 return "metadata"
@@ -471,11 +513,21 @@ class AsyncProducer:
                 partition = self._partitioner(topic, key, route.partitions, route.available)
         tp = route.tps.get(partition)
         if tp is None:
+            if isinstance(partition, bool) or not isinstance(partition, int):
+                raise TypeError(
+                    f"partition must be an int or None, got {type(partition).__name__} "
+                    f"{partition!r}"
+                )
             raise ValueError(
                 f"partition {partition} of {topic!r} does not exist (partitions {route.partitions})"
             )
         if timestamp_ms is None:
             timestamp_ms = time.time_ns() // 1_000_000
+        elif type(timestamp_ms) is not int or timestamp_ms < 0:
+            raise TypeError(
+                "timestamp_ms must be an int >= 0 (milliseconds since the epoch) or None, got "
+                f"{type(timestamp_ms).__name__} {timestamp_ms!r}"
+            )
         try:
             future, wake = self._append(
                 tp, timestamp_ms, key, value, headers, size, None, route.batch_size
@@ -710,6 +762,9 @@ class AsyncProducer:
         timeout_s = max(
             0.001, min(self.request_timeout_ms / 1000 + PRODUCE_DEADLINE_MARGIN_S, delivery_left_s)
         )
+        if self.acks == 0:
+            await self._send_without_acks(broker_id, broker, request, batches, timeout_s)
+            return
         conn = self._conn
         sent_epochs = [
             (batch.tp, part.current_leader_epoch)
@@ -774,9 +829,7 @@ class AsyncProducer:
                     batch,
                     BatchResult(
                         result.base_offset, result.log_append_time_ms, result.log_start_offset
-                    )
-                    if self.acks != 0 or result.base_offset >= 0
-                    else BatchResult(-1, -1, -1),
+                    ),
                 )
                 continue
             error = from_response(
@@ -809,6 +862,31 @@ class AsyncProducer:
                 self._finish_failed(batch, error)
         if refresh:
             self._maybe_refresh_metadata(refresh)
+
+    async def _send_without_acks(
+        self,
+        broker_id: int,
+        broker: Any,
+        request: broker_pb2.ProduceRequest,
+        batches: list[ProducerBatch],
+        timeout_s: float,
+    ) -> None:
+        """acks=0, as in Kafka: a record is done once its request is on its way, with
+        no offset (-1) and no retry; nothing the broker answers reaches the caller."""
+        assert self._conn is not None
+        call = self._conn.broker_stub(broker).Produce(request, timeout=timeout_s)
+        for batch in batches:
+            self._finish_ok(batch, BatchResult(-1, -1, -1))
+        try:
+            response = await call
+        except grpc.aio.AioRpcError as exc:
+            self._warm_brokers.discard(broker_id)
+            logger.warning("acks=0 Produce to broker %s failed: %s", broker_id, exc.code().name)
+            self._maybe_refresh_metadata([b.tp for b in batches])
+            return
+        self._warm_brokers.add(broker_id)
+        if any(p.error_code in INVALID_METADATA_CODES for p in response.partitions):
+            self._maybe_refresh_metadata([b.tp for b in batches])
 
     def _earlier_pending(self, batch: ProducerBatch) -> bool:
         for other in self.accumulator.incomplete():
@@ -922,7 +1000,11 @@ class Producer:
     """
 
     def __init__(self, bootstrap_servers: str | Sequence[str] = "localhost:9092", **config: Any):
-        self._thread = LoopThread("minikafka-producer")
+        check_config_keys("Producer", config, AsyncProducer.__init__)
+        self._thread = LoopThread(
+            "minikafka-producer",
+            closed_error=lambda: ProducerClosedError("the producer is closed"),
+        )
         try:
             self._inner: AsyncProducer = self._thread.run(self._make(bootstrap_servers, config))
         except BaseException:

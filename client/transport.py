@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Final, TypeVar
@@ -17,7 +18,13 @@ from typing import Final, TypeVar
 import grpc
 import grpc.aio
 
-from client.errors import KafkaConnectionError, KafkaTimeoutError, NoBrokersAvailable
+from client.errors import (
+    InvalidTopicError,
+    KafkaConfigurationError,
+    KafkaConnectionError,
+    KafkaTimeoutError,
+    NoBrokersAvailable,
+)
 from client.metadata import BrokerInfo, ClusterView
 from minikafka.errors import ErrorCode
 from minikafka.v1 import broker_pb2, broker_pb2_grpc
@@ -53,11 +60,60 @@ CONNECTION_CODES: Final = frozenset(
 )
 
 
+#: Kafka's legal topic names (`org.apache.kafka.common.internals.Topic`).
+TOPIC_NAME_MAX_LENGTH: Final = 249
+_TOPIC_NAME: Final = re.compile(r"[a-zA-Z0-9._-]+")
+
+
+def check_topic_name(topic: object) -> str:
+    """`topic` if it is a legal topic name; `TypeError` when it is not a `str`,
+    `InvalidTopicError` when the brokers could never have such a topic."""
+    if not isinstance(topic, str):
+        raise TypeError(f"a topic name must be a str, got {type(topic).__name__} {topic!r}")
+    if not topic:
+        raise InvalidTopicError("topic name is empty")
+    if topic in (".", ".."):
+        raise InvalidTopicError(f"topic name {topic!r} is not allowed")
+    if len(topic) > TOPIC_NAME_MAX_LENGTH:
+        raise InvalidTopicError(
+            f"topic name is {len(topic)} characters long, the maximum is {TOPIC_NAME_MAX_LENGTH}"
+        )
+    if not _TOPIC_NAME.fullmatch(topic):
+        raise InvalidTopicError(
+            f"topic name {topic!r} contains characters other than ASCII alphanumerics, "
+            "'.', '_' and '-'"
+        )
+    return topic
+
+
+def check_number(name: str, value: object, *, minimum: float, integral: bool = False) -> None:
+    """Raise `KafkaConfigurationError` unless `value` is a number (an int when
+    `integral`; never a bool) of at least `minimum`."""
+    number = value if isinstance(value, int | float) and not isinstance(value, bool) else None
+    if number is None or (integral and not isinstance(number, int)):
+        what = "an int" if integral else "a number"
+        raise KafkaConfigurationError(
+            f"{name} must be {what}, got {type(value).__name__} {value!r}"
+        )
+    if not number >= minimum:  # also refuses NaN
+        raise KafkaConfigurationError(f"{name} must be >= {minimum}, got {value!r}")
+
+
 def parse_bootstrap(bootstrap_servers: str | Sequence[str]) -> list[str]:
     """`"h:p"`, `"h1:p1,h2:p2"` or a list of those -> list of `host:port` strings."""
-    items = [bootstrap_servers] if isinstance(bootstrap_servers, str) else list(bootstrap_servers)
+    if isinstance(bootstrap_servers, str):
+        items = [bootstrap_servers]
+    elif isinstance(bootstrap_servers, Iterable):
+        items = list(bootstrap_servers)
+    else:
+        raise TypeError(
+            "bootstrap_servers must be 'HOST:PORT[,HOST:PORT...]' or a list of those, got "
+            f"{type(bootstrap_servers).__name__}"
+        )
     addresses: list[str] = []
     for item in items:
+        if not isinstance(item, str):
+            raise TypeError(f"bootstrap_servers entries must be 'HOST:PORT' strings, got {item!r}")
         for part in item.split(","):
             address = part.strip()
             if not address:
@@ -129,6 +185,9 @@ class BrokerConnections:
         client_id: str = "minikafka-python",
     ) -> None:
         self._bootstrap = parse_bootstrap(bootstrap_servers)
+        check_number("request_timeout_ms", request_timeout_ms, minimum=1)
+        check_number("retry_backoff_ms", retry_backoff_ms, minimum=0)
+        check_number("metadata_max_age_ms", metadata_max_age_ms, minimum=0)
         self._rotation = -1
         self.request_timeout_ms = request_timeout_ms
         self.retry_backoff_ms = retry_backoff_ms
@@ -180,9 +239,12 @@ class BrokerConnections:
     # ---- metadata ---------------------------------------------------------------------
 
     def add_topics(self, topics: Iterable[str]) -> bool:
-        """Track these topics' metadata; True when any of them was new."""
+        """Track these topics' metadata; True when any of them was new. Raises
+        (`TypeError`, `InvalidTopicError`) for a name no broker could know, which would
+        otherwise be asked for in every later metadata request."""
+        names = [check_topic_name(topic) for topic in topics]
         before = len(self._topics)
-        self._topics.update(topics)
+        self._topics.update(names)
         return len(self._topics) != before
 
     def track_all_topics(self) -> None:
@@ -209,6 +271,12 @@ class BrokerConnections:
             self._updated.set()
             self._updated = asyncio.Event()
             return self.view
+
+    async def fetch_view(self, topics: Sequence[str]) -> ClusterView:
+        """Metadata of `topics` (every topic when empty) from the first broker that
+        answers, without tracking them or changing `view`."""
+        names = [check_topic_name(topic) for topic in topics]
+        return ClusterView.from_response(await self._first_metadata_answer(names))
 
     async def _first_metadata_answer(self, asked: list[str]) -> broker_pb2.MetadataResponse:
         """Ask brokers in rotation order; a broker silent for `METADATA_HEDGE_S` (or
