@@ -192,6 +192,7 @@ class _PartitionState:
         "records_index",
         "reset_to",
         "retry_after",
+        "seeks",
     )
 
     def __init__(self) -> None:
@@ -210,6 +211,9 @@ class _PartitionState:
         self.reset_to: int | None = None
         self.error: BaseException | None = None
         self.retry_after = 0.0
+        #: Explicit seeks by the user (`generation` also counts automatic resets): a
+        #: `seek_to_*` lookup applies only if no later seek came in the meantime.
+        self.seeks = 0
 
 
 class AsyncConsumer:
@@ -473,7 +477,9 @@ class AsyncConsumer:
             raise TypeError(f"offset must be an int, got {type(offset).__name__} {offset!r}")
         if offset < 0:
             raise ValueError(f"offset must be >= 0, got {offset}")
-        self._set_position(self._state(_topic_partition(partition, "seek()")), offset, -1)
+        state = self._state(_topic_partition(partition, "seek()"))
+        state.seeks += 1
+        self._set_position(state, offset, -1)
 
     def _set_position(self, state: _PartitionState, offset: int, epoch: int) -> None:
         state.generation += 1
@@ -499,12 +505,17 @@ class AsyncConsumer:
         what = "seek_to_beginning()" if which == EARLIEST else "seek_to_end()"
         tps = _partition_args(partitions, what) or list(self._assignment)
         states = {tp: self._state(tp) for tp in tps}  # unassigned: fail before any request
-        generations = {tp: state.generation for tp, state in states.items()}
+        seeks: dict[TopicPartition, int] = {}
+        for tp, state in states.items():
+            state.seeks += 1
+            seeks[tp] = state.seeks
         offsets = await self._list_offsets({tp: which for tp in tps})
         for tp, offset in offsets.items():
-            state = self._assignment.get(tp)
-            if state is not None and state.generation == generations[tp]:
-                self._set_position(state, offset, -1)
+            # Still assigned (the same state) and not sought again since: the user's seek
+            # wins over an automatic reset that completed meanwhile.
+            current = self._assignment.get(tp)
+            if current is states[tp] and current.seeks == seeks[tp]:
+                self._set_position(current, offset, -1)
 
     async def position(self, partition: TopicPartition) -> int:
         """The offset of the next record `getmany` / `poll` returns for `partition`.

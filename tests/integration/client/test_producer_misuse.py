@@ -113,3 +113,25 @@ def test_acks_0_does_not_wait_and_reports_no_offset(standalone_broker: Standalon
         consumer.assign([TopicPartition("fire-and-forget", 1)])
         values = [r.value for r in consumer]
     assert values == [b"%d" % i for i in range(50)]
+
+
+def test_seek_to_beginning_right_after_assign_wins_over_the_automatic_reset(
+    standalone_broker: StandaloneBroker,
+) -> None:
+    """auto_offset_reset='latest' starts a lookup at assign(); a seek_to_beginning()
+    made meanwhile is the user's choice and must not be undone by it."""
+    _topic(standalone_broker, "seek-race")
+    with Producer(bootstrap_servers=standalone_broker.bootstrap) as producer:
+        for i in range(5):
+            producer.send("seek-race", b"%d" % i, partition=0)
+        producer.flush(10)
+    tp = TopicPartition("seek-race", 0)
+    for _ in range(3):
+        with Consumer(
+            bootstrap_servers=standalone_broker.bootstrap, auto_offset_reset="latest"
+        ) as consumer:
+            consumer.assign([tp])
+            consumer.seek_to_beginning(tp)
+            assert consumer.position(tp) == 0
+            batch = consumer.poll(timeout_ms=5000)
+            assert [r.offset for r in batch[tp]][:1] == [0]
