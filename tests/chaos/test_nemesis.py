@@ -263,3 +263,30 @@ def test_preferred_election_moves_leadership_back(cluster: ChaosCluster) -> None
     wait_until(lambda: cluster.leader_of("e")[0] == preferred, what="preferred leader back")
     assert moved != preferred
     assert cluster.leader_of("e")[1] >= epoch + 2
+
+
+def test_a_broker_that_loses_its_port_race_stays_reachable_through_its_proxy(
+    tmp_path: Path,
+) -> None:
+    """The port a broker was given is taken before it binds (another process won the
+    race): it moves to a fresh port, and its proxy (whose address it advertises) must
+    follow, or the controller can never reach it and it stays fenced."""
+    cluster = ChaosCluster(tmp_path / "cluster", brokers=1)
+    first = cluster.brokers[1].address
+    host, port = first.rsplit(":", 1)
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as squatter:
+        squatter.bind((host, int(port)))
+        squatter.listen()
+        try:
+            cluster.start()  # waits until the broker is active (unfenced)
+            assert cluster.brokers[1].address != first
+            channel = grpc.insecure_channel(cluster.proxy[1])
+            try:
+                reply = health_pb2_grpc.HealthStub(channel).Check(
+                    health_pb2.HealthCheckRequest(), timeout=10
+                )
+            finally:
+                channel.close()
+            assert reply.status == health_pb2.HealthCheckResponse.SERVING
+        finally:
+            cluster.stop()

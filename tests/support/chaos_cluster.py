@@ -11,6 +11,7 @@ Every nemesis action is recorded in the history (process "nemesis") when one is 
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,13 +23,18 @@ from tests.chaos.history import History
 from tests.support.chaos_proxy import ProxyNet
 from tests.support.cluster import Cluster, wait_until
 from tests.support.lazyfs import LazyMount
-from tests.support.processes import wait_healthy
+from tests.support.processes import ServerProcess, wait_healthy
 
 #: (base offset, last offset, leader epoch, crc) of one batch in a replica's log.
 BatchId = tuple[int, int, int, int]
 
 FAST_BROKER_ARGS = ["--replica-lag-time-max-ms", "1500"]
 FAST_CONTROLLER_ARGS = ["--session-timeout-ms", "1500", "--heartbeat-interval-ms", "300"]
+
+
+def _address_of(process: ServerProcess) -> Callable[[], str]:
+    """The process's address at call time (it changes if the process had to move)."""
+    return lambda: process.address
 
 
 def broker_name(broker_id: int) -> str:
@@ -56,10 +62,12 @@ class ChaosCluster(Cluster):
         )
         self.history = history
         self.net = ProxyNet(self._pids)
-        controller_proxy = self.net.add("controller", self.controller_address)
+        # Upstreams are read per connection: a server that lost its port race at start
+        # moves to another port (`ServerProcess.wait_healthy`), its proxy follows.
+        controller_proxy = self.net.add("controller", lambda: self.controller.address)
         self.proxy: dict[int, str] = {}
         for broker_id, process in self.brokers.items():
-            self.proxy[broker_id] = self.net.add(broker_name(broker_id), process.address)
+            self.proxy[broker_id] = self.net.add(broker_name(broker_id), _address_of(process))
             at = process.args.index("--controller")
             process.args[at + 1] = controller_proxy
             process.args += ["--advertise", self.proxy[broker_id]]

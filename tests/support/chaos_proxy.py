@@ -119,13 +119,17 @@ class ProxyNet:
 
     # ---- proxies -------------------------------------------------------------------
 
-    def add(self, name: str, upstream: str) -> str:
-        """Start a proxy for server `name` forwarding to `upstream`; returns its address."""
+    def add(self, name: str, upstream: str | Callable[[], str]) -> str:
+        """Start a proxy for server `name` forwarding to `upstream`; returns its address.
+
+        `upstream` may be a function giving the server's current address, read for
+        every connection: a server that had to move to another port (it lost its port
+        race at start) stays reachable through its proxy."""
+        current = upstream if callable(upstream) else (lambda: upstream)
 
         async def start() -> str:
-            host, port = upstream.rsplit(":", 1)
             server = await asyncio.start_server(
-                lambda r, w: self._serve(name, host, int(port), r, w), "127.0.0.1", 0
+                lambda r, w: self._serve(name, current, r, w), "127.0.0.1", 0
             )
             self._servers[name] = server
             return f"127.0.0.1:{server.sockets[0].getsockname()[1]}"
@@ -137,18 +141,18 @@ class ProxyNet:
     async def _serve(
         self,
         dest: str,
-        host: str,
-        port: int,
+        upstream: Callable[[], str],
         down_reader: asyncio.StreamReader,
         down_writer: asyncio.StreamWriter,
     ) -> None:
+        host, port = upstream().rsplit(":", 1)
         peer_port = down_writer.get_extra_info("peername")[1]
         own_port = down_writer.get_extra_info("sockname")[1]
         origin = await asyncio.to_thread(self.origin_of, peer_port, own_port)
         self.accepted.append((origin, dest))
         link = _Link(origin, dest, down_writer)
         try:
-            up_reader, up_writer = await asyncio.open_connection(host, port)
+            up_reader, up_writer = await asyncio.open_connection(host, int(port))
         except OSError:
             _abort(down_writer)
             return
