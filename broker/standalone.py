@@ -20,7 +20,11 @@ from broker.metadata_cache import MetadataCache, PartitionInfo
 from broker.replica.manager import ReplicaManager
 from broker.replica.transitions import LeaderAndIsrPartition
 from minikafka.errors import ErrorCode
-from minikafka.topic_config import InvalidTopicConfigError, validate_topic_configs
+from minikafka.topic_config import (
+    InvalidTopicConfigError,
+    colliding_topic,
+    validate_topic_configs,
+)
 from minikafka.v1 import common_pb2, controller_pb2
 
 logger = logging.getLogger(__name__)
@@ -153,6 +157,13 @@ class StandaloneController:
             return ErrorCode.INVALID_TOPIC_EXCEPTION, problem
         if topic.name in self._state.topics:
             return ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {topic.name!r} already exists"
+        collision = colliding_topic(topic.name, self._state.topics)
+        if collision is not None:
+            return (
+                ErrorCode.INVALID_TOPIC_EXCEPTION,
+                f"topic {topic.name!r} collides with existing topic {collision!r} "
+                "('.' and '_' are the same character in metric names)",
+            )
         if not 1 <= topic.num_partitions <= MAX_PARTITIONS:
             return (
                 ErrorCode.INVALID_PARTITIONS,

@@ -54,6 +54,7 @@ from controller.topic_config import (
     validate_topic_name,
 )
 from minikafka.errors import ErrorCode, MiniKafkaError
+from minikafka.topic_config import colliding_topic
 
 DELETED_TOPICS_REMEMBERED: Final = 1000
 PRODUCER_EPOCH_MAX: Final = 32767  # Kafka's producer epoch is an int16
@@ -664,6 +665,7 @@ def create_topics(
         counts[topic.name] = counts.get(topic.name, 0) + 1
     records: list[Record] = []
     results: list[TopicResult] = []
+    accepted: list[str] = []
     for topic in topics:
         try:
             validate_topic_name(topic.name)
@@ -675,6 +677,13 @@ def create_topics(
             if topic.name in state.topics:
                 raise MiniKafkaError(
                     f"topic {topic.name!r} already exists", code=ErrorCode.TOPIC_ALREADY_EXISTS
+                )
+            collision = colliding_topic(topic.name, [*state.topics, *accepted])
+            if collision is not None:
+                raise MiniKafkaError(
+                    f"topic {topic.name!r} collides with existing topic {collision!r} "
+                    "('.' and '_' are the same character in metric names)",
+                    code=ErrorCode.INVALID_TOPIC_EXCEPTION,
                 )
             num_partitions = topic.num_partitions
             if num_partitions == -1:
@@ -693,6 +702,7 @@ def create_topics(
             results.append(TopicResult(name=topic.name, error=error.code, message=error.message))
             continue
         results.append(TopicResult(name=topic.name))
+        accepted.append(topic.name)
         if validate_only:
             continue
         records.append(

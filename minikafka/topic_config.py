@@ -6,7 +6,7 @@ that every entry point refuses the same bad input with the same message.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Final
 
 
@@ -70,3 +70,15 @@ def validate_topic_configs(configs: Mapping[str, str], *, replication_factor: in
             f"min.insync.replicas={min_isr} is larger than the replication factor "
             f"{replication_factor}: acks=all writes could never succeed"
         )
+
+
+def colliding_topic(name: str, existing: Iterable[str]) -> str | None:
+    """An existing topic whose name differs from `name` only by '.' against '_' (Kafka
+    refuses such a pair: the two are one name in metric names), or None."""
+    if "." not in name and "_" not in name:
+        return None
+    folded = name.replace(".", "_")
+    for other in existing:
+        if other != name and other.replace(".", "_") == folded:
+            return other
+    return None

@@ -91,6 +91,10 @@ def test_topic_admin_errors(stub: broker_pb2_grpc.BrokerServiceStub) -> None:
     assert create_topic(stub, "a").error_code == ErrorCode.NONE
     assert create_topic(stub, "a").error_code == ErrorCode.TOPIC_ALREADY_EXISTS
     assert create_topic(stub, "bad/name").error_code == ErrorCode.INVALID_TOPIC_EXCEPTION
+    assert create_topic(stub, "a.b_c").error_code == ErrorCode.NONE
+    collides = create_topic(stub, "a_b.c")
+    assert collides.error_code == ErrorCode.INVALID_TOPIC_EXCEPTION
+    assert "collides with existing topic 'a.b_c'" in collides.error_message
     assert create_topic(stub, "b", partitions=0).error_code == ErrorCode.INVALID_PARTITIONS
     bad_config = create_topic(stub, "c", no_such_key="1")
     assert bad_config.error_code == ErrorCode.INVALID_CONFIG

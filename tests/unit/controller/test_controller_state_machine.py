@@ -241,6 +241,37 @@ def test_validate_only_and_duplicates_in_request(cluster: Harness) -> None:
     assert result.records == ()
 
 
+def test_names_that_collide_in_metric_names_are_refused(cluster: Harness) -> None:
+    """Kafka's rule: 'a.b_c' and 'a_b.c' are one name once '.' becomes '_' in metrics."""
+    cluster.commit(
+        create_topics(
+            cluster.state,
+            cluster.settings,
+            topics=[NewTopic(name="orders.eu_west", num_partitions=1, replication_factor=1)],
+            validate_only=False,
+        )
+    )
+    result = create_topics(
+        cluster.state,
+        cluster.settings,
+        topics=[
+            NewTopic(name="orders_eu.west", num_partitions=1, replication_factor=1),
+            NewTopic(name="new.one", num_partitions=1, replication_factor=1),
+            NewTopic(name="new_one", num_partitions=1, replication_factor=1),
+            NewTopic(name="orders-eu-west", num_partitions=1, replication_factor=1),
+        ],
+        validate_only=False,
+    )
+    assert [r.error for r in result.reply] == [
+        ErrorCode.INVALID_TOPIC_EXCEPTION,
+        ErrorCode.NONE,
+        ErrorCode.INVALID_TOPIC_EXCEPTION,  # against the one accepted just before
+        ErrorCode.NONE,
+    ]
+    assert "collides with existing topic 'orders.eu_west'" in result.reply[0].message
+    assert "collides with existing topic 'new.one'" in result.reply[2].message
+
+
 def test_defaults_apply_for_minus_one() -> None:
     harness = Harness(Settings(default_replication_factor=2, num_partitions=3))
     harness.start_brokers(1, 2, 3)
