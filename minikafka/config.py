@@ -30,6 +30,12 @@ def load_toml(path: str | Path) -> dict[str, Any]:
         raw = tomllib.loads(file.read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
         raise ConfigError(f"config file {file} does not exist") from exc
+    except IsADirectoryError as exc:
+        raise ConfigError(f"config file {file} is a directory") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"config file {file} is not UTF-8 text: {exc.reason}") from exc
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {file}: {exc.strerror or exc}") from exc
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {file} is not valid TOML: {exc}") from exc
     return {key.replace("-", "_"): value for key, value in raw.items()}
@@ -43,13 +49,25 @@ def parse_host_port(value: str, *, what: str = "address") -> tuple[str, int]:
         raise ConfigError(f"{what} {value!r} is not HOST:PORT")
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
-    try:
-        port = int(port_text)
-    except ValueError as exc:
-        raise ConfigError(f"{what} {value!r}: port {port_text!r} is not a number") from exc
+    if not (port_text.isascii() and port_text.isdigit()):
+        raise ConfigError(f"{what} {value!r}: port {port_text!r} is not a number")
+    port = int(port_text)
     if not 0 <= port <= 65535:
         raise ConfigError(f"{what} {value!r}: port {port} is out of range 0-65535")
     return host, port
+
+
+def parse_bootstrap_servers(value: str, *, what: str = "bootstrap server") -> list[str]:
+    """Split `HOST:PORT[,HOST:PORT...]` (Kafka's `--bootstrap-server` list), checking each
+    address: a host and a port in 1-65535."""
+    addresses = [part.strip() for part in value.split(",") if part.strip()]
+    if not addresses:
+        raise ConfigError(f"{what} is empty: give HOST:PORT (the address of any broker)")
+    for address in addresses:
+        _host, port = parse_host_port(address, what=what)
+        if port == 0:
+            raise ConfigError(f"{what} {address!r}: port 0 is not a port a broker listens on")
+    return addresses
 
 
 def parse_key_values(pairs: tuple[str, ...] | list[str]) -> dict[str, str]:

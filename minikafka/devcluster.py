@@ -46,12 +46,24 @@ def _port_is_free(port: int) -> bool:
     return True
 
 
-def wait_serving(address: str, proc: subprocess.Popen[bytes], timeout_s: float) -> None:
-    """Block until the health service at `address` answers SERVING (or the child dies)."""
+class StartupInterrupted(Exception):
+    """Ctrl-C (or SIGTERM) arrived while the cluster was still starting."""
+
+
+def wait_serving(
+    address: str,
+    proc: subprocess.Popen[bytes],
+    timeout_s: float,
+    stop: threading.Event | None = None,
+) -> None:
+    """Block until the health service at `address` answers SERVING (or the child dies,
+    or `stop` is set)."""
     deadline = time.monotonic() + timeout_s
     with grpc.insecure_channel(address) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         while time.monotonic() < deadline:
+            if stop is not None and stop.is_set():
+                raise StartupInterrupted
             if proc.poll() is not None:
                 raise RuntimeError(f"the process for {address} exited with code {proc.returncode}")
             try:
@@ -68,9 +80,19 @@ def wait_serving(address: str, proc: subprocess.Popen[bytes], timeout_s: float) 
 class DevCluster:
     """The child processes of one `minikafka dev` run."""
 
-    def __init__(self, *, brokers: int, data_dir: Path, base_port: int, log_level: str) -> None:
+    def __init__(
+        self,
+        *,
+        brokers: int,
+        data_dir: Path,
+        base_port: int,
+        log_level: str,
+        stop: threading.Event | None = None,
+    ) -> None:
         self.data_dir = data_dir
         self.log_level = log_level
+        #: Set by Ctrl-C / SIGTERM; the start-up waits give up when it is.
+        self.stop_requested = stop if stop is not None else threading.Event()
         if base_port:
             self.broker_ports = [base_port + i for i in range(brokers)]
             self.controller_port = base_port + 100
@@ -122,7 +144,7 @@ class DevCluster:
                 str(self.data_dir / "controller"),
             ],
         )
-        wait_serving(self.controller_address, controller, STARTUP_TIMEOUT_S)
+        self._wait_serving("controller", self.controller_address, controller)
         for index, port in enumerate(self.broker_ports, start=1):
             address = f"127.0.0.1:{port}"
             self._spawn(
@@ -140,22 +162,30 @@ class DevCluster:
                     str(self.data_dir / f"broker-{index}"),
                 ],
             )
-        for _, address, proc in self.children[1:]:
-            wait_serving(address, proc, STARTUP_TIMEOUT_S)
+        for name, address, proc in self.children[1:]:
+            self._wait_serving(name, address, proc)
         self._wait_brokers_active(len(self.broker_ports))
+
+    def _wait_serving(self, name: str, address: str, proc: subprocess.Popen[bytes]) -> None:
+        try:
+            wait_serving(address, proc, STARTUP_TIMEOUT_S, self.stop_requested)
+        except RuntimeError as exc:
+            raise RuntimeError(f"{name}: {exc}; see {self.data_dir / (name + '.log')}") from exc
 
     def _wait_brokers_active(self, expected: int) -> None:
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
         with grpc.insecure_channel(self.bootstrap) as channel:
             stub = broker_pb2_grpc.BrokerServiceStub(channel)
             while time.monotonic() < deadline:
+                if self.stop_requested.is_set():
+                    raise StartupInterrupted
                 with contextlib.suppress(grpc.RpcError):
                     reply = stub.DescribeCluster(controller_pb2.DescribeClusterRequest(), timeout=2)
                     active = [b for b in reply.brokers if not b.fenced]
                     if len(active) >= expected:
                         return
                 self._check_children()
-                threading.Event().wait(0.2)  # bounded by the deadline; no event to wait on
+                self.stop_requested.wait(0.2)  # bounded by the deadline; wakes on Ctrl-C
         raise RuntimeError(f"the {expected} brokers did not all register within the timeout")
 
     def _check_children(self) -> None:
@@ -191,18 +221,31 @@ class DevCluster:
 
 
 def run_dev_cluster(*, brokers: int, data_dir: Path, base_port: int, log_level: str) -> None:
-    cluster = DevCluster(
-        brokers=brokers, data_dir=data_dir.resolve(), base_port=base_port, log_level=log_level
-    )
+    """Start the cluster, print where it is, and run until Ctrl-C or SIGTERM (also during
+    start-up), then stop every child. Raises RuntimeError when a child fails."""
     stop = threading.Event()
+    cluster = DevCluster(
+        brokers=brokers,
+        data_dir=data_dir.resolve(),
+        base_port=base_port,
+        log_level=log_level,
+        stop=stop,
+    )
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         stop.set()
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        print(f"starting a controller and {brokers} brokers under {cluster.data_dir} ...")
-        cluster.start()
+        print(
+            f"starting a controller and {brokers} brokers under {cluster.data_dir} ...",
+            flush=True,
+        )
+        try:
+            cluster.start()
+        except StartupInterrupted:
+            print("interrupted while starting.", flush=True)
+            return
         print(cluster.status_table())
         print(f"\nbootstrap server: {cluster.bootstrap}")
         print(
