@@ -152,10 +152,14 @@ class ControllerApp:
         host, port = split_host_port(config.listen)
         try:
             bound_port = server.add_insecure_port(f"{_bracket(host)}:{port}")
-        except RuntimeError as error:  # grpc reports a failed bind this way
-            raise OSError(f"cannot listen on {config.listen}: {error}") from None
+        except RuntimeError:  # grpc reports a failed bind this way (its text is noise)
+            raise OSError(
+                f"cannot listen on {config.listen}: the address is in use or not available"
+            ) from None
         if bound_port == 0:
-            raise OSError(f"cannot listen on {config.listen}")
+            raise OSError(
+                f"cannot listen on {config.listen}: the address is in use or not available"
+            )
         await server.start()
         for service in ("", SERVICE_NAME):
             await health.set(service, health_pb2.HealthCheckResponse.SERVING)
