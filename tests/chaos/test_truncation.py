@@ -325,18 +325,7 @@ def test_r24_every_broker_crashes_at_once(run: Run, seed: int, flush_policy: str
     off), the replicas converge without divergence and nothing acknowledged is lost.
     (The machine stays up, so the page cache survives; the power-loss variants below
     lose it too.)"""
-    start(run, partitions=2, configs={"flush.policy": flush_policy})
-    cluster = run.cluster
-    assert cluster is not None
-    more_acks(run, 20)
-    order = sorted(cluster.brokers)
-    for broker in order:
-        cluster.kill(broker)
-    run.rng.shuffle(order)
-    for broker in order:
-        cluster.start_broker(broker)
-    cluster.wait_full_isr(TOPIC, 2, timeout_s=60)
-    more_acks(run, 20)
+    every_broker_goes_down(run, flush_policy, power_loss=False)
     run.converge_and_check(TOPIC, 2)
 
 
@@ -364,18 +353,20 @@ def test_r23_power_loss_of_one_broker_on_a_lazy_file_system(
     run.converge_and_check(TOPIC, 2)
 
 
-def power_loss_of_every_broker(run: Run, flush_policy: str) -> None:
-    """Every broker's machine loses power at once (kill -9 all, then each lazy file
-    system drops what its broker had not fsynced); restart them in a random order."""
-    start(run, partitions=2, configs={"flush.policy": flush_policy}, lazy_fs=True)
+def every_broker_goes_down(run: Run, flush_policy: str, *, power_loss: bool) -> None:
+    """kill -9 every broker at once (with `power_loss`, each lazy file system then drops
+    what its broker had not fsynced: the machines lost power); restart them in a random
+    order, wait for the full ISR and for more acknowledged writes."""
+    start(run, partitions=2, configs={"flush.policy": flush_policy}, lazy_fs=power_loss)
     cluster = run.cluster
     assert cluster is not None
     more_acks(run, 20)
     order = sorted(cluster.brokers)
     for broker in order:
         cluster.kill(broker)
-    for broker in order:
-        cluster.power_loss(broker)
+    if power_loss:
+        for broker in order:
+            cluster.power_loss(broker)
     run.rng.shuffle(order)
     for broker in order:
         cluster.start_broker(broker)
@@ -389,7 +380,7 @@ def test_r24_power_loss_of_every_broker_with_fsync_loses_nothing(run: Run, seed:
     """flush.policy=fsync (I18a): a record counts towards the HW only once fsynced, so
     the last in-sync replica comes back from the power failure with every acknowledged
     record; it leads, the others truncate to it, and nothing acknowledged is lost."""
-    power_loss_of_every_broker(run, "fsync")
+    every_broker_goes_down(run, "fsync", power_loss=True)
     run.converge_and_check(TOPIC, 2)
 
 
@@ -402,7 +393,7 @@ def test_r24_power_loss_of_every_broker_without_fsync_loses_acknowledged_writes(
     loses power at once, acknowledged records that none had fsynced are gone and their
     offsets are reused, as the README's flush-policy table says. The checker must see
     the loss; this is also the nemesis's proof that it really drops unsynced writes."""
-    power_loss_of_every_broker(run, "none")
+    every_broker_goes_down(run, "none", power_loss=True)
     result = run.converge_and_check(TOPIC, 2, expected=UNCLEAN_EXPECTED)
     assert {"lost-write", "unseen"} & set(result.expected_types), result.to_text()
     print("R24 EXPECTED LOSS (no fsync, every replica lost power):", result.counts)
