@@ -348,20 +348,29 @@ class AsyncProducer:
         await self._flush(None)
 
     async def _flush(self, limit_s: float | None) -> None:
+        deadline = None if limit_s is None else time.monotonic() + limit_s
         pending = self.accumulator.incomplete()
-        if not pending:
-            return
-        self.accumulator.flushing += 1
-        self._wake()
-        try:
-            waiters = [b.aio_future() for b in pending]
-            _done, not_done = await asyncio.wait(waiters, timeout=limit_s)
-            if not_done:
+        if pending:
+            self.accumulator.flushing += 1
+            self._wake()
+            try:
+                waiters = [b.aio_future() for b in pending]
+                _done, not_done = await asyncio.wait(waiters, timeout=limit_s)
+                if not_done:
+                    raise KafkaTimeoutError(
+                        f"flush: {len(not_done)} batches not done after {limit_s} s"
+                    )
+            finally:
+                self.accumulator.flushing -= 1
+        if self.acks == 0 and self._tasks:
+            # acks=0 records are done once their request is on its way; flush (and so
+            # close) also waits for those requests, or closing would cancel them.
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            _sent, unsent = await asyncio.wait(list(self._tasks), timeout=left)
+            if unsent:
                 raise KafkaTimeoutError(
-                    f"flush: {len(not_done)} batches not done after {limit_s} s"
+                    f"flush: {len(unsent)} acks=0 requests still on their way after {limit_s} s"
                 )
-        finally:
-            self.accumulator.flushing -= 1
 
     async def stop(self, flush_timeout_s: float | None = None) -> None:
         """Flush (up to `flush_timeout_s` seconds), then close. Records still unsent fail."""

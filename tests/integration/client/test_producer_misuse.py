@@ -99,11 +99,13 @@ async def test_async_producer_cannot_restart(standalone_broker: StandaloneBroker
 
 def test_acks_0_does_not_wait_and_reports_no_offset(standalone_broker: StandaloneBroker) -> None:
     """As in Kafka: an acks=0 record is done once sent, without an offset; it is still
-    written."""
+    written, also when the producer is closed right away (small batches keep several
+    requests in flight at close: closing must let them go out, not cancel them)."""
     _topic(standalone_broker, "fire-and-forget")
-    with Producer(bootstrap_servers=standalone_broker.bootstrap, acks=0) as producer:
-        futures = [producer.send("fire-and-forget", b"%d" % i, partition=1) for i in range(50)]
-        producer.flush(10)
+    count = 2000
+    with Producer(bootstrap_servers=standalone_broker.bootstrap, acks=0, batch_size=512) as p:
+        futures = [p.send("fire-and-forget", b"%d" % i, partition=1) for i in range(count)]
+        p.flush(10)
         assert {f.result(10).offset for f in futures} == {-1}
     with Consumer(
         bootstrap_servers=standalone_broker.bootstrap,
@@ -112,7 +114,7 @@ def test_acks_0_does_not_wait_and_reports_no_offset(standalone_broker: Standalon
     ) as consumer:
         consumer.assign([TopicPartition("fire-and-forget", 1)])
         values = [r.value for r in consumer]
-    assert values == [b"%d" % i for i in range(50)]
+    assert values == [b"%d" % i for i in range(count)]
 
 
 def test_seek_to_beginning_right_after_assign_wins_over_the_automatic_reset(
