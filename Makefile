@@ -6,25 +6,53 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 EXTRAS ?= dev,spark,bench
+# The versions CI tested, used as pip constraints (LOCK= resolves the ranges of pyproject.toml).
+LOCK ?= requirements-ci.lock
 PYTEST_ARGS ?=
+N ?= 10
 PROFILES ?=
+SEEDS ?= 20000
+FIRST ?= 0
 COMPOSE ?= $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose)
 
-.PHONY: install run test test-unit test-integration chaos lint fmt proto proto-check bench up down clean
+.PHONY: install run test test-repeat test-unit test-integration chaos sim-raft lint fmt proto proto-check bench up down clean docs lock
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml Makefile
+$(STAMP): pyproject.toml Makefile $(LOCK)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[$(EXTRAS)]"
+	$(BIN)/python -m pip install --quiet $(if $(LOCK),-c $(LOCK)) -e ".[$(EXTRAS)]"
 	touch $(STAMP)
+
+lock:  ## resolve pyproject.toml's ranges afresh and record the result in requirements-ci.lock
+	rm -rf build/lock-venv && $(PYTHON) -m venv build/lock-venv
+	build/lock-venv/bin/python -m pip install --quiet --upgrade pip
+	build/lock-venv/bin/python -m pip install --quiet -e ".[dev,spark,bench]"
+	sed -n '1,3p' requirements-ci.lock > build/requirements-ci.lock
+	build/lock-venv/bin/python -m pip freeze --exclude-editable >> build/requirements-ci.lock
+	mv build/requirements-ci.lock requirements-ci.lock && rm -rf build/lock-venv
+
+docs: install  ## regenerate docs/configuration.md from the code's option and config definitions
+	$(BIN)/python -m minikafka_cli.config_reference docs/configuration.md
 
 run: install  ## start a local 3-broker cluster (controller + brokers as child processes)
 	$(BIN)/minikafka dev
 
 test: install  ## the whole CI-sized suite: unit, integration, chaos subset, spark, compose
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+test-repeat: install  ## `make test` N times (N=10), stopping at the first failure; prints the pass count
+	@passed=0; \
+	for run in $$(seq 1 $(N)); do \
+	  echo "== test-repeat: run $$run of $(N)"; \
+	  if $(MAKE) --no-print-directory test PYTEST_ARGS='$(PYTEST_ARGS)'; then \
+	    passed=$$((passed + 1)); \
+	  else \
+	    echo "test-repeat: run $$run failed; $$passed of $(N) runs passed"; exit 1; \
+	  fi; \
+	done; \
+	echo "test-repeat: $$passed of $(N) runs passed"
 
 test-unit: install
 	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)
@@ -35,10 +63,14 @@ test-integration: install
 chaos: install  ## the long fault suite with more seeds
 	MINIKAFKA_CHAOS_LONG=1 $(BIN)/python -m pytest tests/chaos $(PYTEST_ARGS)
 
+sim-raft: install  ## long deterministic Raft simulation: SEEDS=N runs from seed FIRST (replay: MINIKAFKA_RAFT_SEED=n)
+	MINIKAFKA_RAFT_SEEDS=$(SEEDS) MINIKAFKA_RAFT_FIRST_SEED=$(FIRST) $(BIN)/python -m pytest \
+	  tests/sim/raft -q -k seeded_runs --timeout=0 $(PYTEST_ARGS)
+
 lint: install proto-check  ## ruff + mypy --strict
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy minikafka broker controller client tests benchmarks
+	$(BIN)/mypy minikafka minikafka_cli broker controller client tests benchmarks
 
 fmt: install
 	$(BIN)/ruff format .

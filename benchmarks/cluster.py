@@ -1,8 +1,10 @@
-"""A minikafka cluster (controller + N brokers) as child processes for the benchmarks.
+"""A minikafka cluster (a controller or a quorum of them + N brokers) as child processes
+for the benchmarks.
 
-Unlike `minikafka dev`, brokers can be killed (SIGKILL), paused (SIGSTOP), resumed and
-restarted by id, and every pid is exposed for CPU accounting. Only the processes
-started here are ever signalled, by pid.
+Unlike `minikafka dev`, brokers can be killed (SIGKILL), stopped (SIGTERM), paused
+(SIGSTOP), resumed and restarted by id, controllers of a quorum killed and restarted, and
+every pid is exposed for CPU accounting. Only the processes started here are ever
+signalled, by pid.
 """
 
 from __future__ import annotations
@@ -13,12 +15,13 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import grpc
 
-from minikafka.devcluster import _free_port, wait_serving
-from minikafka.v1 import broker_pb2_grpc, controller_pb2
+from minikafka.v1 import broker_pb2_grpc, controller_pb2, controller_pb2_grpc, raft_pb2
+from minikafka_cli.devcluster import _free_port, wait_serving
 
 STARTUP_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 20.0
@@ -33,10 +36,15 @@ class BenchCluster:
         session_timeout_ms: int = 1500,
         heartbeat_interval_ms: int = 250,
         log_level: str = "INFO",
+        controllers: int = 1,
     ) -> None:
         self.data_dir = data_dir
         self.log_level = log_level
-        self.controller_address = f"127.0.0.1:{_free_port()}"
+        ids = [0] if controllers == 1 else list(range(1, controllers + 1))
+        #: Controller id -> address (one controller: id 0, as before the quorum).
+        self.controller_addresses = {node_id: f"127.0.0.1:{_free_port()}" for node_id in ids}
+        self.controller_address = ",".join(self.controller_addresses.values())
+        self.cluster_id = f"bench-{uuid.uuid4().hex[:12]}"
         self.broker_addresses = {i: f"127.0.0.1:{_free_port()}" for i in range(1, brokers + 1)}
         self.session_timeout_ms = session_timeout_ms
         self.heartbeat_interval_ms = heartbeat_interval_ms
@@ -82,26 +90,36 @@ class BenchCluster:
             str(self.data_dir / f"broker-{broker_id}"),
         ]
 
+    def _controller_name(self, node_id: int) -> str:
+        return "controller" if len(self.controller_addresses) == 1 else f"controller-{node_id}"
+
+    def _controller_args(self, node_id: int) -> list[str]:
+        quorum: list[str] = []
+        if len(self.controller_addresses) > 1:
+            voters = ",".join(f"{n}@{a}" for n, a in self.controller_addresses.items())
+            quorum = ["--quorum", voters, "--cluster-id", self.cluster_id]
+        return [
+            "controller",
+            "--id",
+            str(node_id),
+            "--listen",
+            self.controller_addresses[node_id],
+            "--data-dir",
+            str(self.data_dir / self._controller_name(node_id)),
+            "--session-timeout-ms",
+            str(self.session_timeout_ms),
+            "--heartbeat-interval-ms",
+            str(self.heartbeat_interval_ms),
+            "--no-auto-leader-rebalance",
+            *quorum,
+        ]
+
     def start(self) -> BenchCluster:
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        controller = self._spawn(
-            "controller",
-            [
-                "controller",
-                "--id",
-                "0",
-                "--listen",
-                self.controller_address,
-                "--data-dir",
-                str(self.data_dir / "controller"),
-                "--session-timeout-ms",
-                str(self.session_timeout_ms),
-                "--heartbeat-interval-ms",
-                str(self.heartbeat_interval_ms),
-                "--no-auto-leader-rebalance",
-            ],
-        )
-        wait_serving(self.controller_address, controller, STARTUP_TIMEOUT_S)
+        for node_id in self.controller_addresses:  # together: a new quorum formats at once
+            self._spawn(self._controller_name(node_id), self._controller_args(node_id))
+        for node_id, address in self.controller_addresses.items():
+            wait_serving(address, self.procs[self._controller_name(node_id)], STARTUP_TIMEOUT_S)
         for broker_id in self.broker_addresses:
             self._spawn(f"broker-{broker_id}", self._broker_args(broker_id))
         for broker_id, address in self.broker_addresses.items():
@@ -159,6 +177,48 @@ class BenchCluster:
         proc.wait(timeout=10)
         self.paused.discard(broker_id)
 
+    def terminate(self, broker_id: int) -> None:
+        """SIGTERM a broker (controlled shutdown: its leaderships move) and reap it."""
+        proc = self.procs[f"broker-{broker_id}"]
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=STOP_TIMEOUT_S)
+
+    def active_controller(self, timeout_s: float = STARTUP_TIMEOUT_S) -> int:
+        """The id of the active controller (asked with DescribeQuorum; waits for one)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for node_id, address in self.controller_addresses.items():
+                proc = self.procs.get(self._controller_name(node_id))
+                if proc is None or proc.poll() is not None:
+                    continue
+                with contextlib.suppress(grpc.RpcError), grpc.insecure_channel(address) as channel:
+                    reply = controller_pb2_grpc.ControllerServiceStub(channel).DescribeQuorum(
+                        raft_pb2.DescribeQuorumRequest(), timeout=2
+                    )
+                    if reply.active:
+                        return node_id
+            time.sleep(0.05)  # another process's state: nothing to wait on but polling
+        raise TimeoutError(f"no active controller within {timeout_s}s")
+
+    def quorum_high_watermark(self, node_id: int) -> int:
+        with grpc.insecure_channel(self.controller_addresses[node_id]) as channel:
+            reply = controller_pb2_grpc.ControllerServiceStub(channel).DescribeQuorum(
+                raft_pb2.DescribeQuorumRequest(), timeout=5
+            )
+        return int(reply.high_watermark)
+
+    def kill_controller(self, node_id: int) -> None:
+        proc = self.procs[self._controller_name(node_id)]
+        proc.kill()
+        proc.wait(timeout=10)
+
+    def restart_controller(self, node_id: int) -> None:
+        name = self._controller_name(node_id)
+        if self.procs[name].poll() is None:
+            raise RuntimeError(f"controller {node_id} is still running")
+        proc = self._spawn(name, self._controller_args(node_id))
+        wait_serving(self.controller_addresses[node_id], proc, STARTUP_TIMEOUT_S)
+
     def pause(self, broker_id: int) -> None:
         os.kill(self.procs[f"broker-{broker_id}"].pid, signal.SIGSTOP)
         self.paused.add(broker_id)
@@ -175,12 +235,12 @@ class BenchCluster:
         wait_serving(self.broker_addresses[broker_id], proc, STARTUP_TIMEOUT_S)
 
     def stop(self) -> None:
-        """SIGTERM brokers, then the controller; SIGKILL whatever does not exit in time."""
+        """SIGTERM brokers, then the controllers; SIGKILL whatever does not exit in time."""
         for broker_id in list(self.paused):
             with contextlib.suppress(ProcessLookupError):
                 self.resume(broker_id)
-        brokers = [p for n, p in self.procs.items() if n != "controller"]
-        controller = [p for n, p in self.procs.items() if n == "controller"]
+        brokers = [p for n, p in self.procs.items() if not n.startswith("controller")]
+        controller = [p for n, p in self.procs.items() if n.startswith("controller")]
         for group in (brokers, controller):
             for proc in group:
                 if proc.poll() is None:

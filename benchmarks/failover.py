@@ -1,11 +1,22 @@
-"""Failover under a steady acks=all stream: SIGKILL and SIGSTOP of the partition leader.
+"""Failover under a steady acks=all stream: SIGKILL and SIGSTOP of the partition leader,
+and SIGKILL of the active controller.
 
-Runs in its own process with its own cluster. A producer sends one record every
-`interval_ms` (acks=all, idempotent, min.insync.replicas=2); each trial stops the
-leader at T0 and measures T0 -> the ack of the first record *sent after* T0 (which the
-old leader can no longer have written). The killed broker is restarted (the paused one
-resumed) and the ISR is back to 3 before the next trial. At the end every acknowledged
-record is read back: its offset must hold exactly its value (zero acknowledged loss).
+Runs in its own process with its own cluster (three controllers in a quorum, three
+brokers). A producer sends one record every `interval_ms` (acks=all, idempotent,
+min.insync.replicas=2). Modes:
+
+- `kill` / `stop`: each trial stops the partition leader at T0 and measures T0 -> the ack
+  of the first record *sent after* T0 (which the old leader can no longer have written).
+  The killed broker is restarted (the paused one resumed) and the ISR is back to 3 before
+  the next trial.
+- `controller`: the partition is first led by a replica that is not its preferred one;
+  the trial kills the active controller at T0 and measures T0 -> the first successful
+  election after it: a preferred-leader election sent through a broker (which follows
+  the active controller) succeeds. The killed controller is restarted and caught up
+  before the next trial.
+
+At the end every acknowledged record is read back: its offset must hold exactly its value
+(zero acknowledged loss).
 """
 
 from __future__ import annotations
@@ -17,6 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import grpc
 import msgspec
 
 from benchmarks import stats
@@ -24,6 +36,8 @@ from benchmarks.cluster import BenchCluster
 from benchmarks.harness import run_async
 from benchmarks.workloads import create_topic
 from client import AsyncConsumer, AsyncProducer, TopicPartition
+from minikafka.errors import ErrorCode
+from minikafka.v1 import broker_pb2_grpc, common_pb2, controller_pb2
 
 TOPIC = "failover"
 SEQ = struct.Struct("<q")
@@ -32,7 +46,8 @@ TRIAL_TIMEOUT_S = 30.0
 
 class FailoverSpec(msgspec.Struct, frozen=True, kw_only=True):
     trials: int = 5
-    modes: tuple[str, ...] = ("kill", "stop")
+    modes: tuple[str, ...] = ("kill", "stop", "controller")
+    controllers: int = 3
     interval_ms: float = 5.0
     record_bytes: int = 100
     session_timeout_ms: int = 1500
@@ -118,6 +133,7 @@ def run_failover(spec: FailoverSpec) -> list[stats.FailoverResult]:
             Path(spec.data_dir or tmp),
             session_timeout_ms=spec.session_timeout_ms,
             log_level=spec.log_level,
+            controllers=spec.controllers,
         )
         cluster.start()
         try:
@@ -143,6 +159,10 @@ async def _trials(cluster: BenchCluster, spec: FailoverSpec) -> list[stats.Failo
         try:
             for trial in range(spec.trials):
                 for mode in spec.modes:
+                    if mode == "controller":
+                        times[mode].append(await _controller_trial(cluster, spec))
+                        notes.append(f"trial {trial} {mode}")
+                        continue
                     leader, _, _ = await asyncio.to_thread(cluster.wait_isr, TOPIC, 3)
                     await asyncio.sleep(spec.settle_s)  # steady state before the fault
                     t0 = time.monotonic()
@@ -177,8 +197,71 @@ async def _trials(cluster: BenchCluster, spec: FailoverSpec) -> list[stats.Failo
             max_ms=max(values) if values else float("nan"),
             acked=len(stream.acked),
             lost=lost,
-            notes=f"{stream.failed} sends failed (not acked); session timeout "
+            notes=(
+                "kill -9 of the active controller -> first successful preferred election "
+                f"through a broker; {spec.controllers} controllers; "
+                if mode == "controller"
+                else ""
+            )
+            + f"{stream.failed} sends failed (not acked); session timeout "
             f"{spec.session_timeout_ms} ms, request timeout {spec.request_timeout_ms} ms",
         )
         for mode, values in times.items()
     ]
+
+
+def _lead_off_preferred(cluster: BenchCluster) -> None:
+    """Until the partition is led by a replica other than its preferred one (a controlled
+    shutdown of the preferred leader moves it) with all three replicas in sync."""
+    cluster.wait_isr(TOPIC, 3)
+    (partition,) = cluster.describe([TOPIC]).topics[0].partitions
+    preferred = partition.replicas[0]
+    if partition.leader == preferred:
+        cluster.terminate(preferred)
+        cluster.restart(preferred)
+    deadline = time.monotonic() + TRIAL_TIMEOUT_S
+    while time.monotonic() < deadline:
+        leader, _, _ = cluster.wait_isr(TOPIC, 3)
+        if leader != preferred:
+            return
+        time.sleep(0.05)  # another process's state: nothing to wait on but polling
+    raise TimeoutError("the preferred replica kept leading")
+
+
+async def _first_election(cluster: BenchCluster, timeout_s: float) -> float:
+    """Time a preferred election of the partition first succeeds (asked through a broker,
+    again and again until it does)."""
+    request = controller_pb2.ElectLeadersRequest(
+        election_type=controller_pb2.PREFERRED,
+        partitions=[common_pb2.TopicPartition(topic=TOPIC, partition=0)],
+    )
+    deadline = time.monotonic() + timeout_s
+    async with grpc.aio.insecure_channel(cluster.bootstrap) as channel:
+        stub = broker_pb2_grpc.BrokerServiceStub(channel)
+        while time.monotonic() < deadline:
+            try:
+                remaining_s = max(deadline - time.monotonic(), 0.1)
+                reply = await stub.ElectLeaders(request, timeout=remaining_s)
+            except grpc.aio.AioRpcError:
+                continue
+            if reply.results and reply.results[0].error_code == ErrorCode.NONE:
+                return time.monotonic()
+    raise TimeoutError(f"no successful election within {timeout_s}s")
+
+
+async def _controller_trial(cluster: BenchCluster, spec: FailoverSpec) -> float:
+    await asyncio.to_thread(_lead_off_preferred, cluster)
+    active = await asyncio.to_thread(cluster.active_controller)
+    await asyncio.sleep(spec.settle_s)  # steady state before the fault
+    t0 = time.monotonic()
+    cluster.kill_controller(active)
+    elected_at = await _first_election(cluster, TRIAL_TIMEOUT_S)
+    await asyncio.to_thread(cluster.restart_controller, active)
+    successor = await asyncio.to_thread(cluster.active_controller)
+    target = await asyncio.to_thread(cluster.quorum_high_watermark, successor)
+    deadline = time.monotonic() + TRIAL_TIMEOUT_S
+    while await asyncio.to_thread(cluster.quorum_high_watermark, active) < target:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"controller {active} did not catch up")
+        await asyncio.sleep(0.05)  # another process's state: nothing to wait on but polling
+    return round((elected_at - t0) * 1000, 1)

@@ -3,6 +3,13 @@
 Run: `python -m benchmarks.storage_bench [--total-mib 64] [--batch-bytes 1024]`. Both
 sides write the same bytes to the same directory in the same run (no fsync on either
 side, as with the default flush policy), so the ratio is what matters, not the MiB/s.
+
+It also measures, in the same run and on the same record sets, what the leader's batch
+validation costs per append (issue 23): framing only (header + CRCs, what a follower
+checks and what the leader checked before), the leader's checks (contents and
+timestamps, the default), and the leader's checks plus a walk of every record of
+uncompressed batches (what Kafka's LogValidator does; off in minikafka), each as a
+share of the append path's time.
 """
 
 from __future__ import annotations
@@ -11,10 +18,15 @@ import argparse
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from broker.log.config import LogConfig
-from broker.log.partition_log import PartitionLog
+from broker.log.partition_log import (
+    PartitionLog,
+    validate_leader_record_set,
+    validate_record_set,
+)
 from minikafka.record_batch import build_batch
 
 #: Batches handed to one append call (a produce request carries several).
@@ -61,9 +73,10 @@ def bench_log(directory: Path, payload: bytes, appends: int) -> tuple[float, flo
         clean_shutdown=True,
         now_ms=0,
     )
+    now_ms = int(time.time() * 1000)
     start = time.perf_counter()
     for _ in range(appends):
-        log.append_as_leader(payload, leader_epoch=1, now_ms=0)
+        log.append_as_leader(payload, leader_epoch=1, now_ms=now_ms)
     write_s = time.perf_counter() - start
     start = time.perf_counter()
     offset = 0
@@ -72,6 +85,29 @@ def bench_log(directory: Path, payload: bytes, appends: int) -> tuple[float, flo
     read_s = time.perf_counter() - start
     log.delete()
     return write_s, read_s
+
+
+def bench_validation(payload: bytes, appends: int, rounds: int = 3) -> dict[str, float]:
+    """Seconds per append of each validation level (best of `rounds`, interleaved)."""
+    config = LogConfig()
+    now_ms = int(time.time() * 1000)
+    levels: dict[str, Callable[[], object]] = {
+        "framing only (before)": lambda: validate_record_set(payload),
+        "leader checks (now)": lambda: validate_leader_record_set(
+            payload, config, now_ms=now_ms, log_append_time=False
+        ),
+        "leader checks + record walk": lambda: validate_leader_record_set(
+            payload, config, now_ms=now_ms, log_append_time=False, walk_records=True
+        ),
+    }
+    best = dict.fromkeys(levels, float("inf"))
+    for _ in range(rounds):
+        for name, check in levels.items():
+            start = time.perf_counter()
+            for _ in range(appends):
+                check()
+            best[name] = min(best[name], (time.perf_counter() - start) / appends)
+    return best
 
 
 def main() -> None:
@@ -87,6 +123,7 @@ def main() -> None:
         directory = Path(tmp)
         base_write, base_read = bench_baseline(directory, payload, appends)
         log_write, log_read = bench_log(directory, payload, appends)
+        validation = bench_validation(payload, min(appends, 2000))
     print(
         f"storage_bench: {mib:.0f} MiB in {args.batch_bytes} B batches, "
         f"{BATCHES_PER_APPEND} batches per append"
@@ -94,6 +131,10 @@ def main() -> None:
     print(f"{'':8} {'PartitionLog':>14} {'os.write':>14} {'ratio':>7}")
     for name, ours, base in (("append", log_write, base_write), ("read", log_read, base_read)):
         print(f"{name:8} {mib / ours:>9.0f} MiB/s {mib / base:>9.0f} MiB/s {base / ours:>7.2f}")
+    per_append = log_write / appends
+    print(f"validation per append of {len(payload)} B (append path: {per_append * 1e6:.1f} us)")
+    for name, seconds in validation.items():
+        print(f"  {name:30} {seconds * 1e6:8.1f} us  {seconds / per_append:6.1%} of an append")
 
 
 if __name__ == "__main__":

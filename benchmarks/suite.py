@@ -2,11 +2,12 @@
 
 Order: storage micro-benchmark; raw gRPC ceilings (upload at the producer's batch size,
 download at the consumer's fetch size, 100 B round trips); minikafka producer
-throughput (100 B and 1 KiB; RF=1 acks=1, RF=3 acks=1, RF=3 acks=all) and consumer
-catch-up on one 3-broker cluster; open-loop end-to-end latency; failover (kill -9 and
-SIGSTOP of the leader, own cluster); Redis Streams and NATS JetStream R3 driven from
-Python. Each measurement runs in a fresh spawned process: a warm-up and three runs,
-median reported. Writes results.json and PNG plots to --out.
+throughput (100 B and 1 KiB; RF=1 acks=1, RF=3 acks=1, RF=3 acks=all, and RF=3 acks=all
+with `send_batch`) and consumer catch-up on one 3-broker cluster; open-loop end-to-end
+latency; failover (kill -9 and SIGSTOP of the leader, kill -9 of the active controller; own
+cluster with a quorum of three controllers); Redis Streams and NATS JetStream R3 driven from
+Python. Each measurement runs in a fresh spawned process: a warm-up and three runs, median
+reported. Writes results.json and PNG plots to --out.
 
     python -m benchmarks [--quick] [--out benchmarks/results] [--skip peers,failover]
 """
@@ -24,6 +25,8 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+
+import msgspec
 
 from benchmarks import failover, grpc_baseline, peers, stats, workloads
 from benchmarks.cluster import BenchCluster
@@ -155,6 +158,20 @@ def _minikafka(result: SuiteResult, budget: Budget, root: Path, parts: set[str])
                         )
                     )
                     if acks == "all":
+                        bulk = msgspec.structs.replace(spec, topic=f"{topic}-bulk")
+                        runs = in_worker(workloads.produce_batch_throughput, bulk)
+                        result.cases.append(
+                            stats.summarize(
+                                f"produce {size} B {label} send_batch",
+                                group="produce",
+                                system="minikafka",
+                                record_bytes=size,
+                                runs=runs,
+                                notes=f"Producer.send_batch of {workloads.SEND_BATCH_RECORDS} "
+                                "records per call, linger 5 ms",
+                            )
+                        )
+                        in_worker(workloads.drop_topics, cluster.bootstrap, [bulk.topic])
                         consume = workloads.ConsumeSpec(
                             bootstrap=cluster.bootstrap,
                             topic=topic,

@@ -116,6 +116,52 @@ def produce_throughput(spec: ProduceSpec) -> list[stats.Run]:
     return runs
 
 
+#: Records per `send_batch` call in the bulk produce case.
+SEND_BATCH_RECORDS = 2000
+
+
+def produce_batch_throughput(spec: ProduceSpec) -> list[stats.Run]:
+    """`produce_throughput` with `Producer.send_batch` calls of `SEND_BATCH_RECORDS`
+    records each (one future per call) instead of one `send` per record."""
+    run_async(create_topic(spec.bootstrap, spec.topic, spec.replication_factor))
+    values = [os.urandom(spec.record_bytes)] * SEND_BATCH_RECORDS
+    watched = {CLIENT: os.getpid(), **spec.pids}
+    runs: list[stats.Run] = []
+    with Producer(
+        bootstrap_servers=spec.bootstrap,
+        acks=spec.acks,
+        linger_ms=spec.linger_ms,
+        enable_idempotence=spec.acks in ("all", -1),
+    ) as producer:
+        producer.send_batch(spec.topic, values[:1]).result(30)
+        for index in range(spec.runs + 1):
+            before = procstat.sample(watched)
+            start = time.perf_counter()
+            deadline = start + spec.seconds
+            send_batch = producer.send_batch
+            topic = spec.topic
+            sent = 0
+            last = None
+            while time.perf_counter() < deadline:
+                last = send_batch(topic, values)
+                sent += SEND_BATCH_RECORDS
+            producer.flush()
+            if last is not None:
+                last.result(60)
+            seconds = time.perf_counter() - start
+            cpu = procstat.delta(before, procstat.sample(watched))
+            if index:  # run 0 is the warm-up
+                runs.append(
+                    stats.Run(
+                        records=sent,
+                        payload_bytes=sent * spec.record_bytes,
+                        seconds=round(seconds, 4),
+                        cpu_s={k: round(v, 3) for k, v in cpu.items()},
+                    )
+                )
+    return runs
+
+
 def consume_catch_up(spec: ConsumeSpec) -> list[stats.Run]:
     """Read `topic` from offset 0 (warm-up + `runs` times), every value touched in Python."""
 

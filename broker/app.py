@@ -15,7 +15,6 @@ from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from prometheus_client import start_http_server
 
 from broker.clock import Clock, SystemClock
 from broker.config import BrokerConfig
@@ -28,64 +27,52 @@ from broker.replica.isr_reporter import IsrReporter
 from broker.replica.manager import ReplicaManager
 from broker.replica.partition import Role
 from broker.replica.state import LeaderState
+from broker.replica.transitions import check_replica_fetch_epoch
 from broker.server.broker_servicer import AdminBackend, BrokerServicer, ReplicaServicer
 from broker.server.control_servicer import ControlServicer
 from broker.server.metrics import BrokerMetrics, PartitionGaugeSource, PartitionRow
-from broker.standalone import StandaloneController
+from broker.server.response_budget import ResponseBudget
+from broker.standalone import StandaloneAdminFactory, StandaloneStore
+from minikafka import grpc_options
 from minikafka.allocator import tune_for_large_buffers
 from minikafka.config import parse_host_port
-from minikafka.v1 import broker_pb2_grpc, common_pb2, controller_pb2
+from minikafka.errors import ErrorCode
+from minikafka.grpc_guard import DecodeGuard
+from minikafka.metrics_http import MetricsServer, serve_metrics
+from minikafka.v1 import broker_pb2_grpc, common_pb2
 
 logger = logging.getLogger(__name__)
 
-GRPC_OPTIONS = [
-    ("grpc.so_reuseport", 0),
-    ("grpc.max_send_message_length", 64 * 1024 * 1024),
-    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
-]
+
+def server_options(config: BrokerConfig) -> list[tuple[str, int]]:
+    """gRPC server options: message size, per-connection stream limit, keepalive and
+    connection age (README "Limits"). A response a client never reads stays in gRPC's
+    memory until its connection closes (cancelling the handler does not free it), so
+    connections are closed at `max_connection_age_ms` (+ the grace for in-flight calls)."""
+    options = [
+        *grpc_options.server_options(),
+        ("grpc.max_concurrent_streams", config.max_concurrent_streams),
+        ("grpc.keepalive_timeout_ms", config.keepalive_timeout_ms),
+        # Clients may ping as often as every 10 s without being told to go away.
+        ("grpc.http2.min_recv_ping_interval_without_data_ms", 10_000),
+        ("grpc.keepalive_permit_without_calls", 1),
+    ]
+    if config.keepalive_time_ms > 0:
+        options.append(("grpc.keepalive_time_ms", config.keepalive_time_ms))
+    if config.max_connection_age_ms > 0:
+        options.append(("grpc.max_connection_age_ms", config.max_connection_age_ms))
+        options.append(("grpc.max_connection_age_grace_ms", config.max_connection_age_grace_ms))
+    return options
+
+
+def new_server(config: BrokerConfig) -> grpc.aio.Server:
+    """A gRPC server with `server_options` that answers undecodable requests with
+    INVALID_ARGUMENT (`minikafka.grpc_guard`)."""
+    return grpc.aio.server(options=server_options(config), interceptors=[DecodeGuard()])
+
+
 SHUTDOWN_GRACE_S = 5.0
 CONTROLLED_SHUTDOWN_TIMEOUT_S = 10.0
-
-
-class StandaloneAdmin:
-    """AdminBackend over the standalone topic store."""
-
-    def __init__(
-        self, store: StandaloneController, endpoint: common_pb2.BrokerEndpoint, clock: Clock
-    ) -> None:
-        self._store = store
-        self._endpoint = endpoint
-        self._clock = clock
-
-    async def create_topics(
-        self, request: controller_pb2.CreateTopicsRequest
-    ) -> controller_pb2.CreateTopicsResponse:
-        return self._store.create_topics(request, now_ms=self._clock.monotonic_ms())
-
-    async def delete_topics(
-        self, request: controller_pb2.DeleteTopicsRequest
-    ) -> controller_pb2.DeleteTopicsResponse:
-        return self._store.delete_topics(request)
-
-    async def describe_cluster(
-        self, request: controller_pb2.DescribeClusterRequest
-    ) -> controller_pb2.DescribeClusterResponse:
-        return self._store.describe_cluster(request, self._endpoint)
-
-    async def elect_leaders(
-        self, request: controller_pb2.ElectLeadersRequest
-    ) -> controller_pb2.ElectLeadersResponse:
-        return self._store.elect_leaders(request)
-
-    async def alter_configs(
-        self, request: controller_pb2.AlterConfigsRequest
-    ) -> controller_pb2.AlterConfigsResponse:
-        return self._store.alter_configs(request)
-
-    async def init_producer_id(
-        self, request: controller_pb2.InitProducerIdRequest
-    ) -> controller_pb2.InitProducerIdResponse:
-        return self._store.init_producer_id(request)
 
 
 def _default_log_config(config: BrokerConfig) -> LogConfig:
@@ -100,9 +87,21 @@ def _default_log_config(config: BrokerConfig) -> LogConfig:
 class Broker:
     """One broker process. `serve()` runs until `stop()` or cancellation."""
 
-    def __init__(self, config: BrokerConfig, *, clock: Clock | None = None) -> None:
+    def __init__(
+        self,
+        config: BrokerConfig,
+        *,
+        clock: Clock | None = None,
+        standalone_admin: StandaloneAdminFactory | None = None,
+    ) -> None:
         if not config.standalone and not config.controller:
             raise ValueError("a broker needs --controller HOST:PORT, or --standalone")
+        if config.standalone and standalone_admin is None:
+            raise ValueError(
+                "a standalone broker needs its admin backend (the composition root passes "
+                "minikafka_cli.standalone_admin.build)"
+            )
+        self._standalone_admin = standalone_admin
         self.config = config
         self.clock = clock or SystemClock()
         self.metadata = MetadataCache()
@@ -112,11 +111,33 @@ class Broker:
         self.logs: LogManager | None = None
         self.link: ControllerLink | None = None
         self.fetchers: FetcherManager | None = None
+        self.metrics_server: MetricsServer | None = None
 
-    def _replica_epoch_is_current(self, broker_id: int, broker_epoch: int) -> bool:
-        """Refuse replica fetches from an older incarnation of a broker (zombie fencing)."""
+    def _replica_fetch_refusal(
+        self, broker_id: int, broker_epoch: int
+    ) -> tuple[ErrorCode, str] | None:
+        """Why a replica fetch is refused as a whole, or None to serve it.
+
+        Nothing is served before this broker has registered with the controller (it
+        cannot be a legitimate leader yet). The follower must be registered, and not an
+        older incarnation than the metadata shows (zombie fencing). A newer epoch than the
+        metadata shows is served (the metadata is behind), but that incarnation is
+        ISR-eligible only once the metadata shows it (`isr.is_isr_eligible`)."""
+        link = self.link
+        if link is not None and link.broker_epoch < 0:
+            return (
+                ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                f"broker {self.config.broker_id} has not registered with the controller yet",
+            )
         known = self.metadata.brokers.get(broker_id)
-        return known is None or known.broker_epoch <= 0 or broker_epoch >= known.broker_epoch
+        if not check_replica_fetch_epoch(
+            broker_epoch, known.broker_epoch if known is not None else None
+        ):
+            return (
+                ErrorCode.STALE_BROKER_EPOCH,
+                f"broker {broker_id} epoch {broker_epoch} is not its current registration",
+            )
+        return None
 
     def stop(self) -> None:
         """Ask `serve()` to shut down gracefully (safe from a signal handler)."""
@@ -126,12 +147,20 @@ class Broker:
         config = self.config
         data_dir = Path(config.data_dir)
         self.logs = logs = LogManager(
-            data_dir, _default_log_config(config), now_ms=self.clock.wall_ms()
+            data_dir,
+            _default_log_config(config),
+            now_ms=self.clock.wall_ms(),
+            node_id=config.broker_id,
+            boot_id=config.unsafe_test_boot_id,
+            max_open_files=config.max_open_segment_files,
         )
         try:
             await self._serve(logs, data_dir, ready)
         finally:
-            logs.shutdown()
+            if self.metrics_server is not None:
+                await asyncio.to_thread(self.metrics_server.close)
+                self.metrics_server = None
+            logs.shutdown(broker_epoch=self.link.broker_epoch if self.link is not None else -1)
             logger.info("broker %s stopped; logs flushed and checkpointed", config.broker_id)
 
     async def _serve(self, logs: LogManager, data_dir: Path, ready: asyncio.Event | None) -> None:
@@ -145,8 +174,9 @@ class Broker:
         )
         self.replicas = replicas
         self.metrics.watch_partitions(PartitionGaugeSource(lambda: _gauge_rows(replicas)))
+        self.metrics.watch_quarantine(replicas.quarantine)
 
-        server = grpc.aio.server(options=GRPC_OPTIONS)
+        server = new_server(config)
         self.bound_port = _bind(server, host, port, what=config.listen)
         adv_host, adv_port = (
             parse_host_port(config.advertise, what="--advertise")
@@ -157,7 +187,7 @@ class Broker:
         ext_host, ext_port = "", 0
         if config.external_listen:
             bind_host, bind_port = parse_host_port(config.external_listen, what="--external-listen")
-            external_server = grpc.aio.server(options=GRPC_OPTIONS)
+            external_server = new_server(config)
             bound = _bind(external_server, bind_host, bind_port, what=config.external_listen)
             ext_host, ext_port = (
                 parse_host_port(config.external_advertise, what="--external-advertise")
@@ -188,31 +218,47 @@ class Broker:
             metrics_host, metrics_port = parse_host_port(
                 config.metrics_listen, what="--metrics-listen"
             )
-            start_http_server(metrics_port, metrics_host, registry=self.metrics.registry)
+            try:
+                self.metrics_server = serve_metrics(
+                    self.metrics.registry, metrics_host, metrics_port
+                )
+            except OSError as exc:
+                raise OSError(
+                    f"cannot serve metrics on {config.metrics_listen}: {exc.strerror or exc}"
+                ) from None
 
         link: ControllerLink | None = None
         admin: AdminBackend
         if config.standalone:
-            store = StandaloneController(
+            assert self._standalone_admin is not None
+            store = StandaloneStore(
                 data_dir=data_dir,
                 broker_id=config.broker_id,
                 replicas=replicas,
                 metadata=self.metadata,
                 now_ms=self.clock.monotonic_ms(),
             )
-            admin = StandaloneAdmin(store, endpoint, self.clock)
+            admin = self._standalone_admin(
+                store=store, config=config, endpoint=endpoint, clock=self.clock
+            )
         else:
             assert config.controller is not None
             link = ControllerLink(
                 address=config.controller,
                 broker_id=config.broker_id,
                 endpoint=endpoint,
-                clean_shutdown=logs.had_clean_shutdown,
+                previous_broker_epoch=logs.proven_broker_epoch,
+                directory_id=logs.directory_id,
                 heartbeat_interval_ms=config.heartbeat_interval_ms,
+                on_registered=logs.record_registration,
             )
             admin = ControllerForwarder(link)
         self.link = link
 
+        self.response_budget = budget = ResponseBudget(
+            total_bytes=config.max_outstanding_response_bytes,
+            per_connection_bytes=config.max_outstanding_response_bytes_per_connection,
+        )
         broker_pb2_grpc.add_BrokerServiceServicer_to_server(
             BrokerServicer(
                 replicas=replicas,
@@ -221,6 +267,7 @@ class Broker:
                 metrics=self.metrics,
                 fetch_max_bytes=config.fetch_max_bytes,
                 message_max_bytes=config.message_max_bytes,
+                response_budget=budget,
             ),
             server,
         )
@@ -234,6 +281,7 @@ class Broker:
                     fetch_max_bytes=config.fetch_max_bytes,
                     message_max_bytes=config.message_max_bytes,
                     external=True,
+                    response_budget=budget,
                 ),
                 external_server,
             )
@@ -242,7 +290,7 @@ class Broker:
             ReplicaServicer(
                 replicas=replicas,
                 metrics=self.metrics,
-                broker_epoch_of=self._replica_epoch_is_current,
+                refusal=self._replica_fetch_refusal,
                 fetch_max_bytes=config.fetch_max_bytes,
             ),
             server,
@@ -313,9 +361,7 @@ class Broker:
         self.fetchers = fetchers
 
         def on_change() -> None:
-            live = set(metadata.brokers)
-            for partition in replicas.partitions.values():
-                partition.ineligible = frozenset(set(partition.replicas) - live)
+            replicas.set_isr_eligible(metadata.isr_eligible_epochs())
             fetchers.sync(list(replicas.partitions.values()))
 
         broker_pb2_grpc.add_BrokerControlServiceServicer_to_server(
@@ -323,6 +369,7 @@ class Broker:
                 replicas=replicas,
                 metadata=metadata,
                 broker_epoch=lambda: link.broker_epoch,
+                session_controller_epoch=lambda: link.controller_epoch,
                 on_change=on_change,
             ),
             server,
@@ -350,13 +397,18 @@ class Broker:
         while True:
             await asyncio.sleep(tick_ms / 1000)
             now = self.clock.monotonic_ms()
-            logs.flush_due(self.clock.wall_ms())
-            if now >= next_checkpoint:
-                logs.checkpoint()
-                next_checkpoint = now + config.checkpoint_interval_ms
-            if now >= next_retention:
-                logs.run_retention(self.clock.wall_ms())
-                next_retention = now + config.log_retention_check_interval_ms
+            try:
+                logs.flush_due(self.clock.wall_ms())
+                if now >= next_checkpoint:
+                    logs.checkpoint()
+                    next_checkpoint = now + config.checkpoint_interval_ms
+                if now >= next_retention:
+                    logs.run_retention(self.clock.wall_ms())
+                    next_retention = now + config.log_retention_check_interval_ms
+            except Exception:
+                # A storage error (no space, no descriptors) must not end the broker's
+                # task group silently: log it and try again at the next tick.
+                logger.exception("housekeeping failed; retrying at the next tick")
 
 
 def _bind(server: grpc.aio.Server, host: str, port: int, *, what: str) -> int:
@@ -403,10 +455,10 @@ def _gauge_rows(replicas: ReplicaManager) -> list[PartitionRow]:
     return rows
 
 
-def run(config: BrokerConfig) -> None:
+def run(config: BrokerConfig, *, standalone_admin: StandaloneAdminFactory | None = None) -> None:
     """Run a broker until SIGTERM/SIGINT, under uvloop when available."""
     tune_for_large_buffers()
-    broker = Broker(config)
+    broker = Broker(config, standalone_admin=standalone_admin)
 
     async def main() -> None:
         loop = asyncio.get_running_loop()

@@ -6,7 +6,21 @@ from typing import Annotated
 
 import msgspec
 
+from broker.log.quarantine import (
+    QUARANTINE_MAX_BYTES_DEFAULT,
+    QUARANTINE_MAX_COPY_BYTES_DEFAULT,
+)
+from minikafka.limits import (
+    MAX_PARTITIONS_PER_BROKER_DEFAULT,
+    MAX_PARTITIONS_PER_CLUSTER_DEFAULT,
+    MAX_PARTITIONS_PER_TOPIC_DEFAULT,
+    MIN_SEGMENT_BYTES_DEFAULT,
+    MIN_SEGMENT_MS_DEFAULT,
+    TopicLimits,
+)
+
 PositiveMs = Annotated[int, msgspec.Meta(ge=1)]
+NonNegative = Annotated[int, msgspec.Meta(ge=0)]
 
 
 class BrokerConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -43,9 +57,48 @@ class BrokerConfig(msgspec.Struct, frozen=True, kw_only=True):
     log_retention_check_interval_ms: PositiveMs = 30_000
     log_flush_interval_ms: PositiveMs = 1_000
     checkpoint_interval_ms: PositiveMs = 5_000
+    # Limits (README "Limits"). Topic limits apply to a standalone broker's CreateTopics /
+    # AlterConfigs (a cluster's controller has its own); the rest guard this process.
+    max_partitions_per_topic: PositiveMs = MAX_PARTITIONS_PER_TOPIC_DEFAULT
+    max_partitions_per_cluster: PositiveMs = MAX_PARTITIONS_PER_CLUSTER_DEFAULT
+    max_partitions_per_broker: PositiveMs = MAX_PARTITIONS_PER_BROKER_DEFAULT
+    min_segment_bytes: PositiveMs = MIN_SEGMENT_BYTES_DEFAULT
+    min_segment_ms: PositiveMs = MIN_SEGMENT_MS_DEFAULT
+    #: Discarded batches kept in the partitions' quarantines (loss receipts), whole broker;
+    #: the oldest are evicted first, a larger discard keeps only its receipt, 0: receipts only.
+    quarantine_max_bytes: NonNegative = QUARANTINE_MAX_BYTES_DEFAULT
+    #: The most one truncation copies into the quarantine (on the follower's fetch path).
+    quarantine_max_copy_bytes: NonNegative = QUARANTINE_MAX_COPY_BYTES_DEFAULT
+    #: Segment `.log` files open at once (LRU; the rest are opened on use, closed when idle).
+    max_open_segment_files: PositiveMs = 1024
+    #: HTTP/2 streams (concurrent requests) one connection may have open.
+    max_concurrent_streams: PositiveMs = 256
+    #: Fetch response bytes handed to gRPC but not yet sent, broker-wide and per connection;
+    #: a fetch beyond them waits (up to its max_wait_ms) and is then answered without records.
+    max_outstanding_response_bytes: PositiveMs = 256 * 1024 * 1024
+    max_outstanding_response_bytes_per_connection: PositiveMs = 128 * 1024 * 1024
+    #: Server keepalive: ping an idle connection, close it if the ping is not answered.
+    keepalive_time_ms: NonNegative = 30_000
+    keepalive_timeout_ms: PositiveMs = 10_000
+    #: Connections are closed at this age (GOAWAY, then the grace for in-flight requests):
+    #: the only way to free a response a client never reads (gRPC cannot cancel it alone).
+    max_connection_age_ms: NonNegative = 120_000
+    max_connection_age_grace_ms: PositiveMs = 30_000
     # Liveness against the controller (the controller's values win once registered)
     heartbeat_interval_ms: PositiveMs = 250
     use_uvloop: bool = True
     #: DELIBERATELY UNSAFE, for the fault suite's self-test only: the leader's HW follows
     #: its own LEO (acks=all then acknowledges before followers have the data).
     unsafe_test_hw_is_leo: bool = False
+    #: For the fault suite only: the machine's boot id as this broker sees it (a power
+    #: loss the suite simulates is a reboot: a new boot id). None: the real one.
+    unsafe_test_boot_id: str | None = None
+
+    def topic_limits(self) -> TopicLimits:
+        return TopicLimits(
+            max_partitions_per_topic=self.max_partitions_per_topic,
+            max_partitions_per_cluster=self.max_partitions_per_cluster,
+            max_partitions_per_broker=self.max_partitions_per_broker,
+            min_segment_bytes=self.min_segment_bytes,
+            min_segment_ms=self.min_segment_ms,
+        )

@@ -17,6 +17,7 @@ class BrokerInfo(msgspec.Struct, frozen=True, kw_only=True):
     external_host: str = ""
     external_port: int = 0
     broker_epoch: int = 0
+    in_controlled_shutdown: bool = False
 
     def address(self, *, external: bool) -> tuple[str, int]:
         """The address to hand out: the external one to external clients, when configured."""
@@ -34,6 +35,8 @@ class PartitionInfo(msgspec.Struct, frozen=True, kw_only=True):
     isr: tuple[int, ...]
     partition_epoch: int
     state: str = "ONLINE"
+    elr: tuple[int, ...] = ()  # eligible leader replicas (KIP-966)
+    last_known_elr: tuple[int, ...] = ()
 
 
 class MetadataCache:
@@ -47,6 +50,15 @@ class MetadataCache:
         self.brokers: dict[int, BrokerInfo] = {}
         self.partitions: dict[tuple[str, int], PartitionInfo] = {}
         self.topic_configs: dict[str, dict[str, str]] = {}
+
+    def isr_eligible_epochs(self) -> dict[int, int]:
+        """Brokers a leader may add to an ISR, with the broker epoch each must fetch with:
+        live (unfenced) and not in controlled shutdown (KIP-841), registered (KIP-903)."""
+        return {
+            b.broker_id: b.broker_epoch
+            for b in self.brokers.values()
+            if b.broker_epoch > 0 and not b.in_controlled_shutdown
+        }
 
     def topics(self) -> list[str]:
         return sorted({topic for topic, _ in self.partitions})

@@ -1,37 +1,38 @@
-"""Standalone mode: a single broker that is its own controller.
+"""Standalone mode: the metadata store of a single broker that is its own controller.
 
 `minikafka broker --standalone` keeps topic definitions and the producer-id counter in
 `DATA/standalone-metadata.json` (written atomically) and leads every partition itself at
-leader epoch 0 with replication factor 1. It answers the admin RPCs that a cluster
-forwards to the controller, so clients and the CLI work the same against both.
+leader epoch 0 with replication factor 1. The admin RPCs that a cluster forwards to the
+controller are answered by an `AdminBackend` the process is composed with: the command
+line builds it from the controller's own pure state machine
+(`minikafka_cli.standalone_admin`), so a standalone broker and a cluster take the same
+decisions by the same code (the broker never imports the controller). This module only
+persists the outcome (`apply`) and opens, grows, reconfigures and removes the local
+partitions accordingly; `describe_cluster` answers from what is actually open.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import re
 import uuid
 from pathlib import Path
+from typing import Protocol
 
 import msgspec
 
+from broker.clock import Clock
+from broker.config import BrokerConfig
 from broker.metadata_cache import MetadataCache, PartitionInfo
 from broker.replica.manager import ReplicaManager
 from broker.replica.transitions import LeaderAndIsrPartition
+from broker.server.broker_servicer import AdminBackend
 from minikafka.errors import ErrorCode
-from minikafka.topic_config import (
-    InvalidTopicConfigError,
-    colliding_topic,
-    validate_topic_configs,
-)
 from minikafka.v1 import common_pb2, controller_pb2
 
 logger = logging.getLogger(__name__)
 
 METADATA_FILE = "standalone-metadata.json"
-TOPIC_NAME_RE = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
-MAX_PARTITIONS = 10_000
 
 
 class StandaloneTopic(msgspec.Struct, kw_only=True):
@@ -43,18 +44,6 @@ class StandaloneState(msgspec.Struct, kw_only=True):
     cluster_id: str
     next_producer_id: int = 0
     topics: dict[str, StandaloneTopic] = msgspec.field(default_factory=dict)
-
-
-def validate_topic_name(name: str) -> str | None:
-    """Kafka's topic name rules; returns the problem or None."""
-    if name in (".", ".."):
-        return f"topic name {name!r} is not allowed"
-    if not TOPIC_NAME_RE.match(name):
-        return (
-            f"topic name {name!r} is invalid: use 1-249 characters from "
-            "ASCII letters, digits, '.', '_' and '-'"
-        )
-    return None
 
 
 def write_atomically(path: Path, data: bytes) -> None:
@@ -71,8 +60,22 @@ def write_atomically(path: Path, data: bytes) -> None:
         os.close(dir_fd)
 
 
-class StandaloneController:
-    """Topic store and admin handler of a standalone broker."""
+class StandaloneAdminFactory(Protocol):
+    """Builds the admin backend of a standalone broker over its store (the composition
+    root, `minikafka_cli`, passes one; see the module docstring)."""
+
+    def __call__(
+        self,
+        *,
+        store: StandaloneStore,
+        config: BrokerConfig,
+        endpoint: common_pb2.BrokerEndpoint,
+        clock: Clock,
+    ) -> AdminBackend: ...
+
+
+class StandaloneStore:
+    """Topic store of a standalone broker: persists and applies metadata decisions."""
 
     def __init__(
         self,
@@ -100,13 +103,19 @@ class StandaloneController:
     def _persist(self) -> None:
         write_atomically(self._path, msgspec.json.encode(self._state))
 
+    @property
+    def broker_id(self) -> int:
+        return self._broker_id
+
     def topic_configs(self, topic: str) -> dict[str, str]:
         found = self._state.topics.get(topic)
         return dict(found.configs) if found is not None else {}
 
-    def _open_topic(self, name: str, topic: StandaloneTopic, *, now_ms: int) -> None:
+    def _open_topic(
+        self, name: str, topic: StandaloneTopic, *, now_ms: int, first: int = 0
+    ) -> None:
         self._metadata.topic_configs[name] = dict(topic.configs)
-        for index in range(topic.partitions):
+        for index in range(first, topic.partitions):
             code = self._replicas.apply_leader_and_isr(
                 LeaderAndIsrPartition(
                     topic=name,
@@ -118,164 +127,74 @@ class StandaloneController:
                     replicas=(self._broker_id,),
                 )
             )
-            if code not in (ErrorCode.NONE,):
-                raise RuntimeError(f"cannot lead {name}-{index}: {code.name}")
+            online = code is ErrorCode.NONE
+            if not online:
+                # Never crash-loop on one bad partition: serve the others, report this
+                # one without a leader (clients get LEADER_NOT_AVAILABLE).
+                logger.error(
+                    "partition %s-%s is offline (%s); serving the other partitions",
+                    name,
+                    index,
+                    code.name,
+                )
             self._metadata.update_partition(
                 PartitionInfo(
                     topic=name,
                     partition=index,
-                    leader=self._broker_id,
+                    leader=self._broker_id if online else -1,
                     leader_epoch=0,
                     replicas=(self._broker_id,),
                     isr=(self._broker_id,),
                     partition_epoch=0,
+                    state="ONLINE" if online else "OFFLINE",
                 )
             )
 
-    # ---- admin RPCs --------------------------------------------------------------
+    # ---- applying decisions ---------------------------------------------------------
 
-    def create_topics(
-        self, request: controller_pb2.CreateTopicsRequest, *, now_ms: int
-    ) -> controller_pb2.CreateTopicsResponse:
-        response = controller_pb2.CreateTopicsResponse()
-        for topic in request.topics:
-            code, message = self._check_new_topic(topic)
-            if code is ErrorCode.NONE and not request.validate_only:
-                created = StandaloneTopic(
-                    partitions=topic.num_partitions, configs=dict(topic.configs)
-                )
-                self._state.topics[topic.name] = created
-                self._persist()
-                self._open_topic(topic.name, created, now_ms=now_ms)
-                logger.info("created topic %s with %s partitions", topic.name, created.partitions)
-            response.topics.add(name=topic.name, error_code=int(code), error_message=message)
-        return response
+    @property
+    def state(self) -> StandaloneState:
+        """The persisted topics and producer-id counter (a copy: change it with `apply`)."""
+        return msgspec.structs.replace(
+            self._state,
+            topics={
+                name: StandaloneTopic(partitions=topic.partitions, configs=dict(topic.configs))
+                for name, topic in self._state.topics.items()
+            },
+        )
 
-    def _check_new_topic(self, topic: controller_pb2.CreatableTopic) -> tuple[ErrorCode, str]:
-        problem = validate_topic_name(topic.name)
-        if problem is not None:
-            return ErrorCode.INVALID_TOPIC_EXCEPTION, problem
-        if topic.name in self._state.topics:
-            return ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {topic.name!r} already exists"
-        collision = colliding_topic(topic.name, self._state.topics)
-        if collision is not None:
-            return (
-                ErrorCode.INVALID_TOPIC_EXCEPTION,
-                f"topic {topic.name!r} collides with existing topic {collision!r} "
-                "('.' and '_' are the same character in metric names)",
-            )
-        if not 1 <= topic.num_partitions <= MAX_PARTITIONS:
-            return (
-                ErrorCode.INVALID_PARTITIONS,
-                f"number of partitions must be between 1 and {MAX_PARTITIONS}, "
-                f"got {topic.num_partitions}",
-            )
-        if topic.replication_factor != 1:
-            return (
-                ErrorCode.INVALID_REPLICATION_FACTOR,
-                f"replication factor {topic.replication_factor} is larger than the 1 "
-                "available broker (standalone mode)"
-                if topic.replication_factor > 1
-                else f"replication factor must be at least 1, got {topic.replication_factor}",
-            )
-        try:
-            validate_topic_configs(dict(topic.configs), replication_factor=1)
-        except InvalidTopicConfigError as exc:
-            return ErrorCode.INVALID_CONFIG, str(exc)
-        return ErrorCode.NONE, ""
+    def apply(self, new: StandaloneState, *, now_ms: int) -> None:
+        """Make `new` the broker's metadata: persist it (atomically, first), then open the
+        partitions of new topics and the partitions added to existing ones, remove the
+        partitions of deleted topics (with their data) and apply changed configs.
 
-    def delete_topics(
-        self, request: controller_pb2.DeleteTopicsRequest
-    ) -> controller_pb2.DeleteTopicsResponse:
-        response = controller_pb2.DeleteTopicsResponse()
-        for name in request.names:
-            topic = self._state.topics.pop(name, None)
-            if topic is None:
-                response.topics.add(
-                    name=name,
-                    error_code=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
-                    error_message=f"topic {name!r} does not exist",
-                )
+        The decisions (validation, limits, defaults, producer ids) are taken before, by
+        the admin backend the process was composed with (`minikafka_cli.standalone_admin`
+        runs the controller's state machine); this store only persists and applies."""
+        old = self._state
+        self._state = msgspec.structs.replace(new, cluster_id=old.cluster_id)
+        self._persist()
+        for name, topic in old.topics.items():
+            if name in new.topics:
                 continue
-            self._persist()
             for index in range(topic.partitions):
                 self._replicas.remove_partition(name, index, delete=True)
             self._metadata.remove_topic(name)
             logger.info("deleted topic %s", name)
-            response.topics.add(name=name, error_code=int(ErrorCode.NONE))
-        return response
-
-    def alter_configs(
-        self, request: controller_pb2.AlterConfigsRequest
-    ) -> controller_pb2.AlterConfigsResponse:
-        topic = self._state.topics.get(request.topic)
-        if topic is None:
-            return controller_pb2.AlterConfigsResponse(
-                error_code=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
-                error_message=f"topic {request.topic!r} does not exist",
-            )
-        merged = dict(topic.configs)
-        merged.update(request.set)
-        for key in request.delete:
-            merged.pop(key, None)
-        try:
-            validate_topic_configs(merged, replication_factor=1)
-        except InvalidTopicConfigError as exc:
-            return controller_pb2.AlterConfigsResponse(
-                error_code=int(ErrorCode.INVALID_CONFIG), error_message=str(exc)
-            )
-        if not request.validate_only:
-            topic.configs = merged
-            self._persist()
-            self._metadata.topic_configs[request.topic] = dict(merged)
-            self._replicas.refresh_settings(request.topic)
-        return controller_pb2.AlterConfigsResponse(error_code=int(ErrorCode.NONE))
-
-    def elect_leaders(
-        self, request: controller_pb2.ElectLeadersRequest
-    ) -> controller_pb2.ElectLeadersResponse:
-        response = controller_pb2.ElectLeadersResponse()
-        targets = [(tp.topic, tp.partition) for tp in request.partitions] or sorted(
-            self._metadata.partitions
-        )
-        for topic, partition in targets:
-            if (topic, partition) not in self._metadata.partitions:
-                response.results.add(
-                    topic=topic,
-                    partition=partition,
-                    error_code=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
-                    error_message=f"unknown partition {topic}-{partition}",
-                    leader=-1,
-                )
+        for name, topic in new.topics.items():
+            before = old.topics.get(name)
+            if before is None:
+                self._open_topic(name, topic, now_ms=now_ms)
+                logger.info("created topic %s with %s partitions", name, topic.partitions)
                 continue
-            response.results.add(
-                topic=topic,
-                partition=partition,
-                error_code=int(ErrorCode.ELECTION_NOT_NEEDED),
-                error_message="standalone broker already leads every partition",
-                leader=self._broker_id,
-            )
-        return response
-
-    def init_producer_id(
-        self, request: controller_pb2.InitProducerIdRequest
-    ) -> controller_pb2.InitProducerIdResponse:
-        if request.producer_id >= 0:
-            if request.producer_id >= self._state.next_producer_id:
-                return controller_pb2.InitProducerIdResponse(
-                    error_code=int(ErrorCode.UNKNOWN_PRODUCER_ID), producer_id=-1
+            if topic.partitions > before.partitions:
+                self._open_topic(name, topic, now_ms=now_ms, first=before.partitions)
+                logger.info(
+                    "topic %s: partitions %s -> %s", name, before.partitions, topic.partitions
                 )
-            return controller_pb2.InitProducerIdResponse(
-                error_code=int(ErrorCode.NONE),
-                producer_id=request.producer_id,
-                producer_epoch=request.producer_epoch + 1,
-            )
-        producer_id = self._state.next_producer_id
-        self._state.next_producer_id += 1
-        self._persist()
-        return controller_pb2.InitProducerIdResponse(
-            error_code=int(ErrorCode.NONE), producer_id=producer_id, producer_epoch=0
-        )
+            if topic.configs != before.configs:
+                self._metadata.topic_configs[name] = dict(topic.configs)
+                self._replicas.refresh_settings(name)
 
     def describe_cluster(
         self, request: controller_pb2.DescribeClusterRequest, endpoint: common_pb2.BrokerEndpoint

@@ -8,6 +8,7 @@ import msgspec
 
 from broker.config import BrokerConfig
 from broker.log.config import LogConfig
+from minikafka.topic_config import FLUSH_POLICY, int_config
 
 
 class TopicSettings(msgspec.Struct, frozen=True, kw_only=True):
@@ -23,20 +24,22 @@ class TopicSettings(msgspec.Struct, frozen=True, kw_only=True):
 def resolve_topic_settings(defaults: BrokerConfig, configs: Mapping[str, str]) -> TopicSettings:
     """Apply per-topic `configs` (already validated) over the broker's defaults."""
 
-    def number(key: str, default: int) -> int:
-        value = configs.get(key)
-        return default if value is None else int(value)
+    def number(key: str, default: int | None = None) -> int:
+        """The topic's value, else the broker default given, else the table's default."""
+        return int_config(configs, key, default=default)
 
-    fsync = configs.get("flush.policy", "none") == "fsync"
+    fsync = configs.get(FLUSH_POLICY, "none") == "fsync"
     log = LogConfig(
         segment_bytes=number("segment.bytes", defaults.log_segment_bytes),
-        segment_ms=number("segment.ms", 7 * 24 * 3600 * 1000),
+        segment_ms=number("segment.ms"),
         retention_ms=number("retention.ms", defaults.log_retention_ms),
         retention_bytes=number("retention.bytes", defaults.log_retention_bytes),
         max_message_bytes=number("max.message.bytes", defaults.message_max_bytes),
-        flush_messages=number("flush.messages", -1),
-        flush_ms=number("flush.ms", -1),
+        flush_messages=number("flush.messages"),
+        flush_ms=number("flush.ms"),
         fsync_on_append=fsync,
+        timestamp_before_max_ms=number("message.timestamp.before.max.ms"),
+        timestamp_after_max_ms=number("message.timestamp.after.max.ms"),
     )
     return TopicSettings(
         log=log,

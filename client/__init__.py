@@ -15,11 +15,18 @@ The asyncio twins are `AsyncProducer` and `AsyncConsumer`; errors live in
 `client.errors`.
 """
 
-from client.accumulator import FutureRecordMetadata
 from client.admin import Admin, AsyncAdmin
-from client.consumer import AsyncConsumer, Consumer
+from client.consumer import AsyncConsumer
+from client.futures import FutureBatchMetadata, FutureRecordMetadata
 from client.producer import AsyncProducer, Producer
-from client.records import ConsumerRecord, NewTopic, RecordMetadata, TopicPartition
+from client.records import (
+    ConsumerRecord,
+    NewTopic,
+    OffsetAndTimestamp,
+    RecordMetadata,
+    TopicPartition,
+)
+from client.sync_consumer import Consumer
 
 __all__ = [
     "Admin",
@@ -28,8 +35,10 @@ __all__ = [
     "AsyncProducer",
     "Consumer",
     "ConsumerRecord",
+    "FutureBatchMetadata",
     "FutureRecordMetadata",
     "NewTopic",
+    "OffsetAndTimestamp",
     "Producer",
     "RecordMetadata",
     "TopicPartition",

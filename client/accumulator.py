@@ -4,228 +4,50 @@
 drains batches that are full, have lingered `linger_ms`, or are being flushed. Total
 buffered bytes are bounded by `buffer_memory`; `append` raises `BufferFull` when a
 record does not fit, and the caller waits for `release` to free space. Each batch has
-one `concurrent.futures.Future`; a record's `FutureRecordMetadata` is (batch, index),
-so no future exists per record.
+one future; a record's `FutureRecordMetadata` is (batch, index), so no future exists
+per record. `append_many` adds the records of one `send_batch()` call in a few steps per
+batch, not per record. Time comes from the `clock` given (monotonic milliseconds).
 """
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
+import bisect
+import itertools
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Generator, Sequence
-from typing import Any, NamedTuple
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
-import msgspec
+from client.batch import (
+    RECORD_OVERHEAD_BYTES,
+    BatchResult,
+    ProducerBatch,
+    estimate_size,
+)
+from client.futures import BatchSlice, FutureRecordMetadata
+from client.records import TopicPartition
 
-from client.errors import KafkaTimeoutError
-from client.records import RecordMetadata, TopicPartition
-from minikafka.record_batch import EncodableRow, TimestampType
-
-#: Bytes counted per record on top of key, value and headers (msgpack framing, delta).
-RECORD_OVERHEAD_BYTES = 16
-
-
-def estimate_size(key: bytes | None, value: bytes | None, headers: Any) -> int:
-    size = RECORD_OVERHEAD_BYTES + (len(key) if key else 0) + (len(value) if value else 0)
-    if headers:
-        for name, data in headers:
-            size += len(name) + len(data) + 4
-    return size
+__all__ = [
+    "RECORD_OVERHEAD_BYTES",
+    "BatchResult",
+    "BufferFull",
+    "DrainResult",
+    "FutureRecordMetadata",
+    "ProducerBatch",
+    "RecordAccumulator",
+    "estimate_size",
+    "monotonic_ms",
+]
 
 
-class BatchResult(NamedTuple):
-    base_offset: int
-    log_append_time_ms: int
-    log_start_offset: int
+def monotonic_ms() -> float:
+    """The producer's default clock: monotonic time in milliseconds."""
+    return time.monotonic() * 1000
 
 
 class BufferFull(Exception):
     """Internal: the record does not fit in `buffer_memory` right now."""
-
-
-class ProducerBatch:
-    """Records bound for one partition, sent and acknowledged together."""
-
-    __slots__ = (
-        "_aio",
-        "attempts",
-        "base_sequence",
-        "closed",
-        "created_ms",
-        "first_timestamp_ms",
-        "future",
-        "last_error",
-        "maybe_written",
-        "payload",
-        "producer_epoch",
-        "records",
-        "retry_after_ms",
-        "size_bytes",
-        "tp",
-    )
-
-    def __init__(self, tp: TopicPartition, created_ms: float) -> None:
-        self.tp = tp
-        self.created_ms = created_ms
-        #: Timestamp of the batch's first record; `records` hold deltas from it.
-        self.first_timestamp_ms = 0
-        self.records: list[EncodableRow] = []
-        self.size_bytes = 0
-        self.closed = False
-        self.future: concurrent.futures.Future[BatchResult] = concurrent.futures.Future()
-        #: The encoded batch, built once at first send and reused by retries.
-        self.payload: bytes | None = None
-        self.base_sequence = -1
-        self.producer_epoch = -1
-        self.attempts = 0
-        self.retry_after_ms = 0.0
-        #: A previous attempt may have been written (timeout, lost connection).
-        self.maybe_written = False
-        #: Why the previous attempt failed (kept for the delivery-timeout error).
-        self.last_error: str | None = None
-        self._aio: asyncio.Future[BatchResult] | None = None
-
-    @property
-    def record_count(self) -> int:
-        return len(self.records)
-
-    def done(self) -> bool:
-        return self.future.done()
-
-    def complete(self, result: BatchResult) -> None:
-        if self.future.done():
-            return
-        self.future.set_result(result)
-        if self._aio is not None and not self._aio.done():
-            self._aio.set_result(result)
-
-    def fail(self, error: BaseException) -> None:
-        if self.future.done():
-            return
-        self.future.set_exception(error)
-        if self._aio is not None and not self._aio.done():
-            self._aio.set_exception(error)
-            self._aio.exception()  # mark retrieved: per-record awaiters re-raise it
-
-    def aio_future(self) -> asyncio.Future[BatchResult]:
-        """An asyncio future of this batch on the running loop (created once)."""
-        if self._aio is None:
-            loop = asyncio.get_running_loop()
-            fut: asyncio.Future[BatchResult] = loop.create_future()
-            self._aio = fut
-
-            def copy(src: concurrent.futures.Future[BatchResult]) -> None:
-                def apply() -> None:
-                    if fut.done():
-                        return
-                    exc = src.exception()
-                    if exc is not None:
-                        fut.set_exception(exc)
-                        fut.exception()
-                    else:
-                        fut.set_result(src.result())
-
-                loop.call_soon_threadsafe(apply)
-
-            self.future.add_done_callback(copy)
-        return self._aio
-
-
-class FutureRecordMetadata(msgspec.Struct, eq=False):
-    """The future of one sent record: `result(timeout)` / `get(timeout)` or `await`.
-
-    Compatible with the `concurrent.futures.Future` API (`result`, `exception`,
-    `done`, `add_done_callback`, ...) plus kafka-python's `get`, `succeeded`, `failed`,
-    `add_callback`, `add_errback`. (A msgspec struct only because one is built per
-    record and its constructor is C code; it is (batch, index), no future of its own.)
-    """
-
-    _batch: ProducerBatch
-    _index: int
-
-    def _metadata(self, result: BatchResult) -> RecordMetadata:
-        batch = self._batch
-        if result.log_append_time_ms >= 0:
-            timestamp, ts_type = result.log_append_time_ms, int(TimestampType.LOG_APPEND_TIME)
-        else:
-            timestamp = batch.first_timestamp_ms + batch.records[self._index][0]
-            ts_type = int(TimestampType.CREATE_TIME)
-        offset = result.base_offset + self._index if result.base_offset >= 0 else -1
-        return RecordMetadata(batch.tp.topic, batch.tp.partition, offset, timestamp, ts_type)
-
-    def result(self, timeout: float | None = None) -> RecordMetadata:
-        future = self._batch.future
-        try:
-            return self._metadata(future.result(timeout))
-        except concurrent.futures.TimeoutError:
-            # On Python >= 3.11 this is the builtin TimeoutError, which the batch's own
-            # KafkaTimeoutError (delivery timeout) also is: re-raise that one as it is.
-            if future.done():
-                raise
-            raise KafkaTimeoutError(
-                f"record not acknowledged within {timeout} s (it may still be delivered)"
-            ) from None
-
-    def get(self, timeout: float | None = None) -> RecordMetadata:
-        """kafka-python's name for `result`."""
-        return self.result(timeout)
-
-    def exception(self, timeout: float | None = None) -> BaseException | None:
-        return self._batch.future.exception(timeout)
-
-    def done(self) -> bool:
-        return self._batch.future.done()
-
-    @property
-    def is_done(self) -> bool:
-        return self._batch.future.done()
-
-    def succeeded(self) -> bool:
-        f = self._batch.future
-        return f.done() and f.exception() is None
-
-    def failed(self) -> bool:
-        f = self._batch.future
-        return f.done() and f.exception() is not None
-
-    def cancelled(self) -> bool:
-        return False
-
-    def running(self) -> bool:
-        return not self._batch.future.done()
-
-    def cancel(self) -> bool:
-        """Records cannot be taken back once handed to the producer."""
-        return False
-
-    def add_done_callback(self, fn: Callable[[FutureRecordMetadata], object]) -> None:
-        self._batch.future.add_done_callback(lambda _f: fn(self))
-
-    def add_callback(self, fn: Callable[[RecordMetadata], object]) -> FutureRecordMetadata:
-        def on_done(f: concurrent.futures.Future[BatchResult]) -> None:
-            if f.exception() is None:
-                fn(self._metadata(f.result()))
-
-        self._batch.future.add_done_callback(on_done)
-        return self
-
-    def add_errback(self, fn: Callable[[BaseException], object]) -> FutureRecordMetadata:
-        def on_done(f: concurrent.futures.Future[BatchResult]) -> None:
-            exc = f.exception()
-            if exc is not None:
-                fn(exc)
-
-        self._batch.future.add_done_callback(on_done)
-        return self
-
-    def __await__(self) -> Generator[Any, None, RecordMetadata]:
-        batch = self._batch
-        if not batch.future.done():
-            yield from asyncio.shield(batch.aio_future()).__await__()
-        return self._metadata(batch.future.result())
 
 
 class DrainResult(NamedTuple):
@@ -237,11 +59,13 @@ class DrainResult(NamedTuple):
 
 
 class RecordAccumulator:
-    def __init__(self, *, batch_size: int, buffer_memory: int) -> None:
+    def __init__(
+        self, *, batch_size: int, buffer_memory: int, clock: Callable[[], float] = monotonic_ms
+    ) -> None:
         self.batch_size = batch_size
+        self.clock = clock
         self.buffer_memory = buffer_memory
         self._lock = threading.Lock()
-        self._space = threading.Condition(self._lock)
         self._queues: dict[TopicPartition, deque[ProducerBatch]] = {}
         #: The batch records of each partition are appended to (closed once drained).
         self._open: dict[TopicPartition, ProducerBatch] = {}
@@ -322,18 +146,8 @@ class RecordAccumulator:
             or batch.payload is not None
             or (batch.size_bytes + size > batch_size and batch.records)
         ):
-            if now_ms is None:
-                now_ms = time.monotonic() * 1000
-            fresh = ProducerBatch(tp, now_ms)
-            fresh.first_timestamp_ms = timestamp_ms
-            fresh.records.append((0, key, value, headers))  # before any shared state changes
-            if batch is not None and not batch.closed:
-                batch.closed = True
-            batch = fresh
-            queue.append(batch)
-            self._oldest_created_ms = min(self._oldest_created_ms, now_ms)
-            self._open[tp] = batch
-            self._incomplete.add(batch)
+            batch = self._new_batch(tp, queue, timestamp_ms, now_ms)
+            batch.records.append((0, key, value, headers))
             wake = True
         else:
             if not batch.records:
@@ -346,18 +160,98 @@ class RecordAccumulator:
             wake = True
         return FutureRecordMetadata(batch, len(batch.records) - 1), wake
 
-    def wait_for_space(self, size: int, timeout_s: float) -> bool:
-        """Block the calling (non-loop) thread until `size` bytes fit or time runs out."""
-        with self._space:
-            return self._space.wait_for(
-                lambda: (
-                    self._buffered_bytes + size <= self.buffer_memory or self._buffered_bytes == 0
-                ),
-                timeout_s,
-            )
+    def append_many(
+        self,
+        tp: TopicPartition,
+        timestamp_ms: int,
+        keys: Sequence[bytes | None] | None,
+        values: Sequence[bytes | None],
+        headers: Sequence[Sequence[tuple[str, bytes]] | None] | None,
+        sizes: Sequence[int],
+        batch_size: int,
+    ) -> tuple[list[BatchSlice], int, bool]:
+        """Append the records `(keys[i], values[i], headers[i])` (None for `keys` or
+        `headers`: none has one), all stamped `timestamp_ms`, to the batches of `tp` in
+        order; as many as fit in `buffer_memory` now (at least one when the buffer is
+        empty). Returns the slices of batches they went to, how many were taken and
+        whether the sender should be woken. Sizes are summed once (`accumulate`) and the
+        rows of each batch built with one `zip`, so the cost per record is C code."""
+        total = len(values)
+        if total == 0:
+            return [], 0, False
+        cumulative = list(itertools.accumulate(sizes))
+        slices: list[BatchSlice] = []
+        wake = False
+        with self._lock:
+            taken = 0
+            while taken < total:
+                before = cumulative[taken - 1] if taken else 0
+                free = self.buffer_memory - self._buffered_bytes
+                queue = self._queues.get(tp)
+                if queue is None:
+                    queue = self._queues[tp] = deque()
+                batch = queue[-1] if queue else None
+                if batch is None or batch.closed or batch.payload is not None:
+                    batch = None
+                room = batch_size - (batch.size_bytes if batch is not None else 0)
+                # Records [taken, end) fit the batch (strictly below batch_size, as
+                # `append`) and the buffer.
+                limit = before + min(room - 1, free)
+                end = bisect.bisect_right(cumulative, limit, taken, total)
+                if end == taken:
+                    if batch is not None and batch.records:
+                        batch.closed = True  # full: the next one opens a new batch
+                        wake = True
+                        if self._buffered_bytes and free < sizes[taken]:
+                            break
+                        continue
+                    if self._buffered_bytes and free < sizes[taken]:
+                        break  # the buffer is full: the caller waits for space
+                    end = taken + 1  # an oversized record alone (as `append`)
+                if batch is None:
+                    batch = self._new_batch(tp, queue, timestamp_ms)
+                    wake = True
+                delta = timestamp_ms - batch.first_timestamp_ms
+                start = len(batch.records)
+                batch.records.extend(
+                    zip(
+                        itertools.repeat(delta, end - taken),
+                        itertools.repeat(None) if keys is None else keys[taken:end],
+                        values[taken:end],
+                        itertools.repeat(None) if headers is None else headers[taken:end],
+                        strict=False,
+                    )
+                )
+                added = cumulative[end - 1] - before
+                batch.size_bytes += added
+                self._buffered_bytes += added
+                slices.append(BatchSlice(batch, start, end - taken))
+                if batch.size_bytes >= batch_size or end < total:
+                    batch.closed = True
+                    wake = True
+                taken = end
+        return slices, taken, wake
 
-    def has_space(self, size: int) -> bool:
-        return self._buffered_bytes + size <= self.buffer_memory or self._buffered_bytes == 0
+    def _new_batch(
+        self,
+        tp: TopicPartition,
+        queue: deque[ProducerBatch],
+        timestamp_ms: int,
+        now_ms: float | None = None,
+    ) -> ProducerBatch:
+        """Open a new batch at the end of `queue`, closing the one before (called with
+        the lock held; `now_ms` None: read the clock)."""
+        if now_ms is None:
+            now_ms = self.clock()
+        fresh = ProducerBatch(tp, now_ms)
+        fresh.first_timestamp_ms = timestamp_ms
+        if queue and not queue[-1].closed:
+            queue[-1].closed = True
+        queue.append(fresh)
+        self._oldest_created_ms = min(self._oldest_created_ms, now_ms)
+        self._open[tp] = fresh
+        self._incomplete.add(fresh)
+        return fresh
 
     def drain(
         self,
@@ -417,11 +311,10 @@ class RecordAccumulator:
 
     def release(self, batch: ProducerBatch) -> None:
         """The batch is done (acknowledged or failed): free its memory."""
-        with self._space:
+        with self._lock:
             if batch in self._incomplete:
                 self._incomplete.discard(batch)
                 self._buffered_bytes -= batch.size_bytes
-                self._space.notify_all()
 
     def incomplete(self) -> list[ProducerBatch]:
         with self._lock:
@@ -462,7 +355,3 @@ class RecordAccumulator:
                     oldest = min(oldest, b.created_ms)
             self._oldest_created_ms = oldest
             return expired
-
-    def has_queued(self) -> bool:
-        with self._lock:
-            return any(self._queues.values())

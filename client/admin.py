@@ -1,9 +1,10 @@
 """Cluster administration: `AsyncAdmin` (asyncio) and `Admin` (sync, used by the CLI).
 
-Create, delete, list and describe topics, alter topic configs, elect leaders and
-describe the cluster. Calls go to any broker, which forwards them to the controller;
-a per-topic or per-partition error is raised as the `client.errors` class for its
-code, carrying the broker's message.
+Create, delete, list and describe topics, add partitions, alter topic configs, elect
+leaders, describe the cluster and a partition's history, and list offsets. Admin calls
+go to any broker, which forwards them to the controller; `list_offsets` asks each
+partition's leader. A per-topic or per-partition error is raised as the
+`client.errors` class for its code, carrying the broker's message.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from types import TracebackType
-from typing import Any, Literal, TypeVar
+from typing import Any, Final, Literal, TypeVar
 
 import grpc
 import grpc.aio
@@ -34,6 +35,9 @@ from minikafka.errors import ErrorCode
 from minikafka.v1 import broker_pb2, broker_pb2_grpc, common_pb2, controller_pb2
 
 T = TypeVar("T")
+#: ListOffsets timestamps that name the log start and the high watermark (the wire's).
+EARLIEST_TIMESTAMP: Final = -2
+LATEST_TIMESTAMP: Final = -1
 #: A topic config value: a str as Kafka spells it, or a number or bool converted to one.
 ConfigValue = str | int | float | bool
 
@@ -58,6 +62,12 @@ class PartitionDescription(msgspec.Struct, frozen=True, kw_only=True):
     #: "ONLINE", "OFFLINE" or "RECOVERING".
     state: str
     error_code: int = 0
+    #: Eligible leader replicas (KIP-966): out of the ISR but holding every committed
+    #: record, electable when no ISR member is.
+    elr: list[int] = msgspec.field(default_factory=list)
+    #: No longer eligible (restarted without proof that their log is whole): the last
+    #: replicas known to have held every committed record.
+    last_known_elr: list[int] = msgspec.field(default_factory=list)
 
 
 class TopicDescription(msgspec.Struct, frozen=True, kw_only=True):
@@ -73,10 +83,71 @@ class ClusterDescription(msgspec.Struct, frozen=True, kw_only=True):
     controller_epoch: int
     brokers: list[BrokerDescription]
     topics: list[TopicDescription]
+    #: Whether the controller keeps eligible leader replicas (KIP-966).
+    eligible_leader_replicas_enabled: bool = True
 
     def to_dict(self) -> dict[str, Any]:
         result: dict[str, Any] = msgspec.to_builtins(self)
         return result
+
+
+class NewPartitions(msgspec.Struct, frozen=True):
+    """The new total partition count of a topic, for `create_partitions` (kafka-python's
+    `NewPartitions(total_count)`; explicit assignments are not supported: new partitions
+    are placed as creation places them)."""
+
+    total_count: int
+
+
+#: Where `list_offsets` looks: the first offset, the high watermark, or the first offset
+#: whose timestamp is at or after a time (ms since the epoch).
+OffsetSpec = Literal["earliest", "latest"] | int
+
+
+class OffsetInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """A partition's offset as its leader answered, with the leader's log around it."""
+
+    #: The offset asked for; -1 when no record has a timestamp at or after the one given.
+    offset: int
+    timestamp_ms: int
+    leader_epoch: int
+    log_start_offset: int
+    high_watermark: int
+    log_end_offset: int
+
+
+class PartitionHistoryEvent(msgspec.Struct, frozen=True, kw_only=True):
+    """One step of a partition's history as the controller derived it (see
+    `describe_partition_history`)."""
+
+    metadata_offset: int
+    time_ms: int
+    replayed: bool
+    kinds: list[str]
+    leader: int
+    leader_epoch: int
+    partition_epoch: int
+    replicas: list[int]
+    isr: list[int]
+    #: None when the controller does not have eligible leader replicas (KIP-966).
+    elr: list[int] | None
+    last_known_elr: list[int] | None
+    state: str
+    previous_leader: int
+    #: The broker of a broker event (-1 on partition and controller events).
+    broker_id: int
+    broker_epoch: int
+    detail: str
+
+
+class PartitionHistory(msgspec.Struct, frozen=True, kw_only=True):
+    topic: str
+    partition: int
+    events: list[PartitionHistoryEvent]
+    #: Older events are missing (the bounded history dropped them, or the controller
+    #: started after them).
+    truncated: bool
+    controller_id: int
 
 
 class ElectionResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -96,6 +167,39 @@ class ElectionResult(msgspec.Struct, frozen=True, kw_only=True):
         )
 
 
+def partition_history(
+    topic: str, partition: int, response: controller_pb2.DescribePartitionHistoryResponse
+) -> PartitionHistory:
+    """The client's view of a `DescribePartitionHistory` answer."""
+    return PartitionHistory(
+        topic=topic,
+        partition=partition,
+        truncated=response.truncated,
+        controller_id=response.controller_id,
+        events=[
+            PartitionHistoryEvent(
+                metadata_offset=e.metadata_offset,
+                time_ms=e.time_ms,
+                replayed=e.replayed,
+                kinds=list(e.kinds),
+                leader=e.leader,
+                leader_epoch=e.leader_epoch,
+                partition_epoch=e.partition_epoch,
+                replicas=list(e.replicas),
+                isr=list(e.isr),
+                elr=list(e.elr) if e.has_elr else None,
+                last_known_elr=list(e.last_known_elr) if e.has_elr else None,
+                state=e.state,
+                previous_leader=e.previous_leader,
+                broker_id=e.broker_id,
+                broker_epoch=e.broker_epoch,
+                detail=e.detail,
+            )
+            for e in response.events
+        ],
+    )
+
+
 def describe_topic(topic: common_pb2.TopicMetadata) -> TopicDescription:
     return TopicDescription(
         name=topic.name,
@@ -112,6 +216,8 @@ def describe_topic(topic: common_pb2.TopicMetadata) -> TopicDescription:
                     offline_replicas=list(p.offline_replicas),
                     state=p.state or "ONLINE",
                     error_code=int(p.error_code),
+                    elr=list(p.elr),
+                    last_known_elr=list(p.last_known_elr),
                 )
                 for p in topic.partitions
             ),
@@ -329,6 +435,7 @@ class AsyncAdmin:
                 key=lambda d: d.broker_id,
             ),
             topics=sorted((describe_topic(t) for t in response.topics), key=lambda d: d.name),
+            eligible_leader_replicas_enabled=response.eligible_leader_replicas_enabled,
         )
 
     async def _metadata(self, topics: list[str]) -> broker_pb2.MetadataResponse:
@@ -441,14 +548,164 @@ class AsyncAdmin:
                     )
         return outcomes
 
+    async def create_partitions(
+        self,
+        topic_partitions: Mapping[str, NewPartitions | int],
+        *,
+        validate_only: bool = False,
+    ) -> None:
+        """Grow each topic to its new total partition count (`NewPartitions(n)` or n).
+
+        New partitions are placed as creation places them, at the topic's replication
+        factor. Raises the error of the first topic that failed (e.g.
+        `InvalidPartitionsError` when the count is not larger than the current one).
+        """
+        if not isinstance(topic_partitions, Mapping):
+            raise TypeError(
+                "create_partitions() takes a dict of topic name -> NewPartitions(total_count), "
+                f"got {topic_partitions!r}"
+            )
+        topics = []
+        for name, wanted in topic_partitions.items():
+            if not isinstance(name, str):
+                raise TypeError(f"create_partitions(): topic names must be str, got {name!r}")
+            count = wanted.total_count if isinstance(wanted, NewPartitions) else wanted
+            if isinstance(count, bool) or not isinstance(count, int):
+                raise TypeError(
+                    f"create_partitions(): the partition count of {name!r} must be an int, "
+                    f"got {count!r}"
+                )
+            topics.append(controller_pb2.CreatePartitionsTopic(name=name, count=count))
+        request = controller_pb2.CreatePartitionsRequest(
+            topics=topics, validate_only=validate_only, timeout_ms=self.request_timeout_ms
+        )
+        response = await self._call(
+            lambda stub: stub.CreatePartitions(request, timeout=self._timeout_s),
+            "CreatePartitions",
+        )
+        _raise_topic_errors(response.topics, "create partitions of topic")
+
+    async def describe_partition_history(self, topic: str, partition: int) -> PartitionHistory:
+        """The partition's history as the controller keeps it (bounded, in memory): every
+        change of leader, leader epoch, ISR (and ELR), unclean elections, offline spells,
+        and the registrations and fencing of its replicas' brokers, in metadata order."""
+        request = controller_pb2.DescribePartitionHistoryRequest(topic=topic, partition=partition)
+        response = await self._call(
+            lambda stub: stub.DescribePartitionHistory(request, timeout=self._timeout_s),
+            "DescribePartitionHistory",
+        )
+        if response.error_code != ErrorCode.NONE:
+            raise from_response(
+                response.error_code,
+                response.error_message,
+                context=f"history of {topic}-{partition}",
+            )
+        return partition_history(topic, partition, response)
+
+    async def list_offsets(
+        self, partitions: Iterable[TopicPartition], spec: OffsetSpec = "latest"
+    ) -> dict[TopicPartition, OffsetInfo]:
+        """The offset `spec` names in each partition, asked of its leader: "earliest"
+        (the log start offset), "latest" (the high watermark: the offset the next
+        committed record gets) or a timestamp in ms (the first offset whose record's
+        timestamp is at or after it; -1 when none is).
+
+        Retriable errors (leader moving, metadata behind, a new leader whose high
+        watermark is not known yet) are retried until the request timeout.
+        """
+        wanted = _topic_partitions(partitions, "list_offsets()")
+        if spec == "earliest":
+            timestamp_ms = EARLIEST_TIMESTAMP
+        elif spec == "latest":
+            timestamp_ms = LATEST_TIMESTAMP
+        elif isinstance(spec, int) and not isinstance(spec, bool) and spec >= 0:
+            timestamp_ms = spec
+        else:
+            raise ValueError(
+                f"list_offsets(): spec must be 'earliest', 'latest' or a timestamp in ms >= 0, "
+                f"got {spec!r}"
+            )
+        deadline = time.monotonic() + self.request_timeout_ms / 1000
+        result: dict[TopicPartition, OffsetInfo] = {}
+        pending = list(dict.fromkeys(wanted))
+        while True:
+            problems: dict[TopicPartition, MiniKafkaClientError] = {}
+            view = await self._conn.fetch_view(sorted({tp.topic for tp in pending}))
+            by_leader: dict[int, list[TopicPartition]] = {}
+            for tp in pending:
+                info = view.partition(tp.topic, tp.partition)
+                if info is None or info.leader < 0 or info.leader not in view.brokers:
+                    problems[tp] = from_response(
+                        ErrorCode.LEADER_NOT_AVAILABLE
+                        if info is not None
+                        else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                        context=f"list offsets of {tp.topic}-{tp.partition}",
+                    )
+                    continue
+                by_leader.setdefault(info.leader, []).append(tp)
+            for leader, tps in sorted(by_leader.items()):
+                request = broker_pb2.ListOffsetsRequest(
+                    partitions=[
+                        broker_pb2.ListOffsetsPartition(
+                            topic=tp.topic,
+                            partition=tp.partition,
+                            timestamp_ms=timestamp_ms,
+                            current_leader_epoch=-1,
+                        )
+                        for tp in tps
+                    ]
+                )
+                try:
+                    reply = await self._conn.broker_stub(view.brokers[leader]).ListOffsets(
+                        request, timeout=self._timeout_s
+                    )
+                except grpc.aio.AioRpcError as exc:
+                    for tp in tps:
+                        problems[tp] = KafkaConnectionError(
+                            f"list offsets of {tp.topic}-{tp.partition}: leader {leader} "
+                            f"{exc.code().name} {exc.details()}"
+                        )
+                    continue
+                for part in reply.partitions:
+                    tp = TopicPartition(part.topic, part.partition)
+                    if part.error_code != ErrorCode.NONE:
+                        problems[tp] = from_response(
+                            part.error_code,
+                            part.error_message,
+                            context=f"list offsets of {tp.topic}-{tp.partition}",
+                        )
+                        continue
+                    result[tp] = OffsetInfo(
+                        offset=part.offset,
+                        timestamp_ms=part.timestamp_ms,
+                        leader_epoch=part.leader_epoch,
+                        log_start_offset=part.log_start_offset,
+                        high_watermark=part.high_watermark,
+                        log_end_offset=part.log_end_offset,
+                    )
+            pending = [tp for tp in pending if tp not in result]
+            if not pending:
+                return {tp: result[tp] for tp in wanted}
+            fatal = [p for p in problems.values() if not p.retriable]
+            if fatal:
+                raise fatal[0]
+            if time.monotonic() >= deadline:
+                first = problems.get(pending[0])
+                if first is not None:
+                    raise first
+                raise NoBrokersAvailable(f"list offsets: no answer for {pending[0]}")
+            await asyncio.sleep(self.retry_backoff_ms / 1000)
+
 
 def _election_partitions(partitions: Iterable[TopicPartition] | None) -> list[TopicPartition]:
     if partitions is None:
         return []
+    return _topic_partitions(partitions, "elect_leaders()")
+
+
+def _topic_partitions(partitions: Iterable[TopicPartition], what: str) -> list[TopicPartition]:
     if isinstance(partitions, str | TopicPartition) or not isinstance(partitions, Iterable):
-        raise TypeError(
-            f"elect_leaders(): partitions must be a list of TopicPartition, got {partitions!r}"
-        )
+        raise TypeError(f"{what}: partitions must be a list of TopicPartition, got {partitions!r}")
     result = []
     for tp in partitions:
         if not (
@@ -458,9 +715,7 @@ def _election_partitions(partitions: Iterable[TopicPartition] | None) -> list[To
             and isinstance(tp[1], int)
             and not isinstance(tp[1], bool)
         ):
-            raise TypeError(
-                f"elect_leaders(): expected TopicPartition(topic, partition), got {tp!r}"
-            )
+            raise TypeError(f"{what}: expected TopicPartition(topic, partition), got {tp!r}")
         result.append(TopicPartition(tp[0], tp[1]))
     return result
 
@@ -554,6 +809,24 @@ class Admin:
             self._inner.elect_leaders(election_type, partitions, raise_errors=raise_errors)
         )
 
+    def create_partitions(
+        self,
+        topic_partitions: Mapping[str, NewPartitions | int],
+        *,
+        validate_only: bool = False,
+    ) -> None:
+        self._thread.run(
+            self._inner.create_partitions(topic_partitions, validate_only=validate_only)
+        )
+
+    def describe_partition_history(self, topic: str, partition: int) -> PartitionHistory:
+        return self._thread.run(self._inner.describe_partition_history(topic, partition))
+
+    def list_offsets(
+        self, partitions: Iterable[TopicPartition], spec: OffsetSpec = "latest"
+    ) -> dict[TopicPartition, OffsetInfo]:
+        return self._thread.run(self._inner.list_offsets(partitions, spec))
+
     def close(self) -> None:
         if self._closed:
             return
@@ -581,7 +854,12 @@ __all__ = [
     "BrokerDescription",
     "ClusterDescription",
     "ElectionResult",
+    "NewPartitions",
     "NewTopic",
+    "OffsetInfo",
+    "OffsetSpec",
     "PartitionDescription",
+    "PartitionHistory",
+    "PartitionHistoryEvent",
     "TopicDescription",
 ]

@@ -20,6 +20,8 @@ from minikafka.errors import (
     RETRIABLE_CODES,
     ErrorCode,
     MiniKafkaError,
+    code_from_wire,
+    is_known_code,
 )
 
 if TYPE_CHECKING:
@@ -36,6 +38,11 @@ class MiniKafkaClientError(MiniKafkaError):
     errno: ClassVar[int] = int(ErrorCode.UNKNOWN_SERVER_ERROR)
     retriable: ClassVar[bool] = False
     invalid_metadata: ClassVar[bool] = False
+    #: On the error of a produced record: True when some attempt to write it may have
+    #: been written (the broker answered after appending it, or no answer came), so the
+    #: record may still appear in the log; False when every attempt was refused before
+    #: anything was appended (the record was definitely not written).
+    indefinite: bool = False
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
@@ -71,7 +78,9 @@ class OffsetOutOfRangeError(BrokerResponseError):
     default_code = ErrorCode.OFFSET_OUT_OF_RANGE
 
 
-class CorruptRecordError(BrokerResponseError):
+class CorruptMessageError(BrokerResponseError):
+    """CORRUPT_MESSAGE from a broker: a batch it was sent or read failed validation."""
+
     default_code = ErrorCode.CORRUPT_MESSAGE
 
 
@@ -389,6 +398,32 @@ class RecordDeserializationError(MiniKafkaClientError):
         self.__cause__ = cause
 
 
+class CorruptRecordError(CorruptMessageError):
+    """The consumer met a damaged batch at `offset` of `topic_partition` (a CRC that does
+    not match, a header that lies about its records, a body that does not decode).
+
+    As for `RecordDeserializationError`: the records before it are delivered, the
+    position stays at `offset` and every poll raises this again (other partitions keep
+    being served) until the user seeks past it; `next_offset` is where the damaged batch
+    claims to end (-1 when its header is damaged too), the offset to seek to.
+    """
+
+    retriable = False
+
+    def __init__(
+        self, tp: TopicPartition, offset: int, detail: str = "", *, next_offset: int = -1
+    ) -> None:
+        self.topic_partition = self.tp = tp
+        self.offset = offset
+        self.next_offset = next_offset
+        skip_to = next_offset if next_offset > offset else offset + 1
+        super().__init__(
+            f"corrupt record batch at offset {offset} of {tp.topic}-{tp.partition}"
+            + (f": {detail}" if detail else "")
+            + f" (seek to {skip_to} to skip it)"
+        )
+
+
 class LogTruncationError(MiniKafkaClientError):
     """The log was truncated under the consumer (e.g. after an unclean election).
 
@@ -433,9 +468,8 @@ def for_code(code: int) -> type[BrokerResponseError]:
 def from_response(code: int, message: str = "", *, context: str = "") -> BrokerResponseError:
     """An instance of the class for `code`, with the broker's message and our context."""
     cls = for_code(code)
-    known = code in ErrorCode._value2member_map_
-    wire_code = ErrorCode(code) if known else ErrorCode.UNKNOWN_SERVER_ERROR
-    text = message or (wire_code.name if known else f"unknown error code {code}")
+    wire_code = code_from_wire(code)
+    text = message or (wire_code.name if is_known_code(code) else f"unknown error code {code}")
     if context:
         text = f"{context}: {text} [{wire_code.name}]"
     return cls(text, code=wire_code)

@@ -1,9 +1,10 @@
 """The client's public value types and the decoding of fetched batches into records.
 
-`TopicPartition`, `RecordMetadata`, `ConsumerRecord` are named tuples with
-kafka-python's field names; `NewTopic` describes a topic to create. `decode_fetched`
-turns the bytes of a fetch response into `ConsumerRecord`s with one msgspec call per
-batch, skipping records below the consumer's position (a fetch returns whole batches).
+`TopicPartition`, `RecordMetadata`, `OffsetAndTimestamp` are named tuples and
+`ConsumerRecord` a struct, all with kafka-python's field names; `NewTopic` describes a
+topic to create. `decode_fetched` turns the bytes of a fetch response into
+`ConsumerRecord`s with one msgspec call per batch, skipping records below the consumer's
+position (a fetch returns whole batches).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any, NamedTuple
 
 import msgspec
 
-from minikafka.record_batch import TimestampType, decode_rows, iter_batches
+from minikafka.record_batch import CorruptBatchError, TimestampType, decode_rows, parse_header
 
 
 class TopicPartition(NamedTuple):
@@ -23,17 +24,32 @@ class TopicPartition(NamedTuple):
 
 
 class RecordMetadata(NamedTuple):
-    """Where a produced record was written."""
+    """Where a produced record was written (kafka-python's fields): `offset` is -1 for
+    acks=0; `log_start_offset` is the partition's log start when it was written (-1:
+    not known); the serialized sizes are -1 for a missing key, value or headers."""
 
     topic: str
     partition: int
     offset: int
     timestamp: int
     timestamp_type: int = int(TimestampType.CREATE_TIME)
+    log_start_offset: int = -1
+    serialized_key_size: int = -1
+    serialized_value_size: int = -1
+    serialized_header_size: int = -1
 
     @property
     def topic_partition(self) -> TopicPartition:
         return TopicPartition(self.topic, self.partition)
+
+
+class OffsetAndTimestamp(NamedTuple):
+    """`offsets_for_times` answer: the first offset whose timestamp is at least the one
+    asked for, with that record's timestamp (kafka-python's type)."""
+
+    offset: int
+    timestamp: int
+    leader_epoch: int = -1
 
 
 class ConsumerRecord(msgspec.Struct, frozen=True, gc=False):
@@ -79,6 +95,12 @@ class FetchedBatches(msgspec.Struct, frozen=True, kw_only=True):
     last_epoch: int
     #: Leader epoch of the last returned record's batch (-1 when no record returned).
     last_record_epoch: int
+    #: With `stop_at_corrupt`: the damaged batch decoding stopped at (None: none), the
+    #: offset it stopped at (the first record not returned), and the offset after the
+    #: damaged batch as its header claims it (-1 when the header itself is damaged).
+    corrupt: CorruptBatchError | None = None
+    corrupt_offset: int = -1
+    corrupt_next_offset: int = -1
 
 
 #: Applied to non-None keys / values only.
@@ -95,23 +117,46 @@ def decode_fetched(
     position: int,
     key_deserializer: Deserializer | None = None,
     value_deserializer: Deserializer | None = None,
+    stop_at_corrupt: bool = False,
 ) -> FetchedBatches:
     """Decode every batch of `data`, keeping the records at offsets >= `position`.
 
-    Raises `minikafka.record_batch.CorruptBatchError` for a damaged batch.
+    A damaged batch raises `minikafka.record_batch.CorruptBatchError`, or, with
+    `stop_at_corrupt`, ends the decoding: the records before it are returned and
+    `corrupt` says where and why.
     """
     records: list[ConsumerRecord] = []
     next_fetch_offset = position
     last_epoch = -1
     last_record_epoch = -1
     view = memoryview(data)
-    for pos, header in iter_batches(view, verify_crc=False):
-        next_offset = header.next_offset
-        if next_offset <= position:
-            last_epoch = header.leader_epoch
-            next_fetch_offset = max(next_fetch_offset, next_offset)
-            continue
-        header, rows = decode_rows(view[pos : pos + header.size])
+    pos = 0
+    end = len(view)
+    while pos < end:
+        claimed_next = -1
+        try:
+            header = parse_header(view, pos, verify_crc=False)
+            claimed_next = header.next_offset
+            next_offset = header.next_offset
+            if next_offset <= position:
+                last_epoch = header.leader_epoch
+                next_fetch_offset = max(next_fetch_offset, next_offset)
+                pos += header.size
+                continue
+            header, rows = decode_rows(view[pos : pos + header.size])
+        except CorruptBatchError as exc:
+            if not stop_at_corrupt:
+                raise
+            return FetchedBatches(
+                records=records,
+                next_fetch_offset=next_fetch_offset,
+                last_epoch=last_epoch,
+                last_record_epoch=last_record_epoch,
+                corrupt=exc,
+                corrupt_offset=next_fetch_offset,
+                corrupt_next_offset=claimed_next,
+            )
+        pos += header.size
         base = header.base_offset
         epoch = header.leader_epoch
         if header.timestamp_type is TimestampType.LOG_APPEND_TIME:
@@ -157,10 +202,29 @@ def decode_fetched(
                 )
         last_epoch = epoch
         last_record_epoch = epoch
-        next_fetch_offset = next_offset
+        next_fetch_offset = max(next_fetch_offset, next_offset)
     return FetchedBatches(
         records=records,
         next_fetch_offset=next_fetch_offset,
         last_epoch=last_epoch,
         last_record_epoch=last_record_epoch,
     )
+
+
+def scan_fetched(data: bytes, fetch_offset: int) -> tuple[int, int, CorruptBatchError | None]:
+    """Walk the batch headers of fetched bytes (no record decoding, no body CRC): the
+    offset after the last readable batch, its leader epoch, and the error of the first
+    batch whose header is damaged (None: every header is sound)."""
+    next_offset = fetch_offset
+    last_epoch = -1
+    pos = 0
+    end = len(data)
+    while pos < end:
+        try:
+            header = parse_header(data, pos, verify_crc=False)
+        except CorruptBatchError as exc:
+            return next_offset, last_epoch, exc
+        next_offset = max(next_offset, header.next_offset)
+        last_epoch = header.leader_epoch
+        pos += header.size
+    return next_offset, last_epoch, None

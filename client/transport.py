@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Final, TypeVar
@@ -26,18 +25,15 @@ from client.errors import (
     NoBrokersAvailable,
 )
 from client.metadata import BrokerInfo, ClusterView
-from minikafka.errors import ErrorCode
+from minikafka.errors import ErrorCode, code_name
+from minikafka.grpc_options import channel_options
+from minikafka.topic_config import topic_name_problem
 from minikafka.v1 import broker_pb2, broker_pb2_grpc
 
 logger = logging.getLogger(__name__)
 
-CHANNEL_OPTIONS: Final = (
-    ("grpc.max_send_message_length", 64 << 20),
-    ("grpc.max_receive_message_length", 64 << 20),
-    ("grpc.keepalive_time_ms", 30_000),
-    ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.max_reconnect_backoff_ms", 1_000),
-)
+#: Clients ping idle connections every 30 s to notice a dead one.
+CHANNEL_OPTIONS: Final = tuple(channel_options(keepalive_time_ms=30_000))
 
 #: A metadata request that has not been answered after this long is also sent to the
 #: next broker (a paused broker must not hold up the refresh for a whole timeout).
@@ -60,29 +56,14 @@ CONNECTION_CODES: Final = frozenset(
 )
 
 
-#: Kafka's legal topic names (`org.apache.kafka.common.internals.Topic`).
-TOPIC_NAME_MAX_LENGTH: Final = 249
-_TOPIC_NAME: Final = re.compile(r"[a-zA-Z0-9._-]+")
-
-
 def check_topic_name(topic: object) -> str:
     """`topic` if it is a legal topic name; `TypeError` when it is not a `str`,
     `InvalidTopicError` when the brokers could never have such a topic."""
     if not isinstance(topic, str):
         raise TypeError(f"a topic name must be a str, got {type(topic).__name__} {topic!r}")
-    if not topic:
-        raise InvalidTopicError("topic name is empty")
-    if topic in (".", ".."):
-        raise InvalidTopicError(f"topic name {topic!r} is not allowed")
-    if len(topic) > TOPIC_NAME_MAX_LENGTH:
-        raise InvalidTopicError(
-            f"topic name is {len(topic)} characters long, the maximum is {TOPIC_NAME_MAX_LENGTH}"
-        )
-    if not _TOPIC_NAME.fullmatch(topic):
-        raise InvalidTopicError(
-            f"topic name {topic!r} contains characters other than ASCII alphanumerics, "
-            "'.', '_' and '-'"
-        )
+    problem = topic_name_problem(topic)
+    if problem is not None:
+        raise InvalidTopicError(problem)
     return topic
 
 
@@ -127,13 +108,6 @@ def parse_bootstrap(bootstrap_servers: str | Sequence[str]) -> list[str]:
     if not addresses:
         raise ValueError("bootstrap_servers is empty: give at least one HOST:PORT")
     return addresses
-
-
-def _code_name(code: int) -> str:
-    try:
-        return ErrorCode(code).name
-    except ValueError:
-        return f"error code {code}"
 
 
 def is_connection_error(exc: BaseException) -> bool:
@@ -328,7 +302,7 @@ class BrokerConnections:
                 return partitions
             info = self.view.topics.get(topic)
             if info is not None and info.error_code:
-                last_error = _code_name(info.error_code)
+                last_error = code_name(info.error_code)
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 if last_error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION.name:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable
 
+from controller.history import HistoryEvent, PartitionHistory
 from controller.model import (
     NO_LEADER,
     BrokerRegistration,
@@ -15,9 +16,16 @@ from controller.model import (
     PartitionKey,
     PartitionRegistration,
 )
-from controller.state_machine import ElectionOutcome, NewTopic, TopicResult
+from controller.quorum import QuorumView
+from controller.state_machine import (
+    ElectionOutcome,
+    ElectionType,
+    NewPartitions,
+    NewTopic,
+    TopicResult,
+)
 from minikafka.errors import ErrorCode
-from minikafka.v1 import broker_pb2, common_pb2, controller_pb2
+from minikafka.v1 import broker_pb2, common_pb2, controller_pb2, raft_pb2
 
 
 def wire_code(code: ErrorCode) -> common_pb2.ErrorCode.ValueType:
@@ -33,6 +41,7 @@ def broker_endpoint(broker: BrokerRegistration) -> common_pb2.BrokerEndpoint:
         external_host=broker.external_host,
         external_port=broker.external_port,
         broker_epoch=broker.broker_epoch,
+        in_controlled_shutdown=broker.in_controlled_shutdown,
     )
 
 
@@ -49,6 +58,8 @@ def partition_state(
         replicas=list(registration.replicas),
         is_new=is_new,
         state=registration.status.value,
+        elr=list(registration.elr),
+        last_known_elr=list(registration.last_known_elr),
     )
 
 
@@ -141,11 +152,13 @@ def partition_metadata(
         offline_replicas=[r for r in registration.replicas if r not in live],
         partition_epoch=registration.partition_epoch,
         state=registration.status.value,
+        elr=list(registration.elr),
+        last_known_elr=list(registration.last_known_elr),
     )
 
 
 def describe_cluster_response(
-    state: ClusterState, *, topics: Collection[str]
+    state: ClusterState, *, topics: Collection[str], eligible_leader_replicas: bool = True
 ) -> controller_pb2.DescribeClusterResponse:
     """`topics` empty: every topic; unknown names get UNKNOWN_TOPIC_OR_PARTITION."""
     live = {b for b, broker in state.brokers.items() if not broker.fenced}
@@ -184,6 +197,7 @@ def describe_cluster_response(
             for _, broker in sorted(state.brokers.items())
         ],
         topics=described,
+        eligible_leader_replicas_enabled=eligible_leader_replicas,
     )
 
 
@@ -221,3 +235,123 @@ def election_results(
         )
         for outcome in outcomes
     ]
+
+
+def new_partitions(request: controller_pb2.CreatePartitionsRequest) -> list[NewPartitions]:
+    return [NewPartitions(name=topic.name, count=topic.count) for topic in request.topics]
+
+
+def history_event(event: HistoryEvent) -> controller_pb2.PartitionHistoryEvent:
+    return controller_pb2.PartitionHistoryEvent(
+        metadata_offset=event.metadata_offset,
+        time_ms=event.time_ms,
+        replayed=event.replayed,
+        kinds=list(event.kinds),
+        leader=event.leader,
+        leader_epoch=event.leader_epoch,
+        partition_epoch=event.partition_epoch,
+        replicas=list(event.replicas),
+        isr=list(event.isr),
+        has_elr=event.elr is not None,
+        elr=list(event.elr or ()),
+        last_known_elr=list(event.last_known_elr or ()),
+        state=event.state,
+        previous_leader=event.previous_leader,
+        broker_id=event.broker_id,
+        broker_epoch=event.broker_epoch,
+        detail=event.detail,
+    )
+
+
+def partition_history_response(
+    state: ClusterState, topic: str, partition: int, history: PartitionHistory
+) -> controller_pb2.DescribePartitionHistoryResponse:
+    events, truncated = history.events(topic, partition)
+    if not events and (topic, partition) not in state.partitions:
+        return controller_pb2.DescribePartitionHistoryResponse(
+            error_code=wire_code(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+            error_message=f"partition {topic}-{partition} does not exist",
+            controller_id=state.controller_id,
+        )
+    return controller_pb2.DescribePartitionHistoryResponse(
+        events=[history_event(event) for event in events],
+        truncated=truncated,
+        controller_id=state.controller_id,
+    )
+
+
+_ELECTION_TYPES: dict[int, ElectionType] = {
+    controller_pb2.PREFERRED: ElectionType.PREFERRED,
+    controller_pb2.UNCLEAN: ElectionType.UNCLEAN,
+}
+
+
+def election_type(value: int) -> ElectionType | None:
+    """The election type of a wire value (None: not one this version knows)."""
+    return _ELECTION_TYPES.get(value)
+
+
+def replica_log_info_request(
+    state: ClusterState, *, broker_epoch: int, keys: Iterable[PartitionKey]
+) -> broker_pb2.GetReplicaLogInfoRequest:
+    return broker_pb2.GetReplicaLogInfoRequest(
+        controller_id=state.controller_id,
+        controller_epoch=state.controller_epoch,
+        broker_epoch=broker_epoch,
+        partitions=[common_pb2.TopicPartition(topic=t, partition=p) for t, p in sorted(keys)],
+    )
+
+
+def describe_quorum_response(
+    view: QuorumView, *, voters: dict[int, str], active: bool, formatted: bool = True
+) -> raft_pb2.DescribeQuorumResponse:
+    """DescribeQuorum from this controller's view (`quorum.MetadataQuorum.view`)."""
+    leader = view.leader_id
+    return raft_pb2.DescribeQuorumResponse(
+        error_code=wire_code(ErrorCode.NONE),
+        cluster_id=view.cluster_id,
+        node_id=view.node_id,
+        role=view.role.value,
+        active=active,
+        leader_id=leader if leader is not None else -1,
+        leader_epoch=view.epoch,
+        leader_address=voters.get(leader, "") if leader is not None else "",
+        high_watermark=view.high_watermark,
+        log_end_offset=view.log_end_offset,
+        voters=[
+            raft_pb2.QuorumVoter(node_id=node_id, address=address)
+            for node_id, address in sorted(voters.items())
+        ],
+        replicas=[
+            raft_pb2.QuorumReplica(
+                node_id=replica.node_id,
+                log_end_offset=replica.end_offset,
+                last_fetch_timestamp_ms=replica.last_fetch_wall_ms,
+                last_caught_up_timestamp_ms=replica.last_caught_up_wall_ms,
+            )
+            for replica in view.replicas
+        ],
+        formatted=formatted,
+        can_vote=view.can_vote,
+        now_ms=view.now_wall_ms,
+    )
+
+
+def unformatted_quorum_response(
+    *, node_id: int, cluster_id: str, voters: dict[int, str], now_ms: int
+) -> raft_pb2.DescribeQuorumResponse:
+    """DescribeQuorum of a controller still waiting to format its data directory."""
+    return raft_pb2.DescribeQuorumResponse(
+        error_code=wire_code(ErrorCode.NONE),
+        cluster_id=cluster_id,
+        node_id=node_id,
+        role="unformatted",
+        leader_id=-1,
+        voters=[
+            raft_pb2.QuorumVoter(node_id=voter, address=address)
+            for voter, address in sorted(voters.items())
+        ],
+        formatted=False,
+        can_vote=False,
+        now_ms=now_ms,
+    )

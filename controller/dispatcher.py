@@ -24,8 +24,10 @@ from typing import Final
 import grpc
 
 from controller import codec
+from controller.election import LogEnd
 from controller.model import ClusterState, PartitionKey
 from controller.propagation import Propagation
+from minikafka.grpc_options import channel_options
 from minikafka.v1 import broker_pb2_grpc, common_pb2
 
 logger = logging.getLogger(__name__)
@@ -33,6 +35,8 @@ logger = logging.getLogger(__name__)
 #: A queue longer than this collapses into one full sync (LeaderAndIsr for every partition
 #: of the broker + UpdateMetadata, which lists deleted topics).
 PENDING_OPERATIONS_MAX: Final = 64
+#: How long the longest-log unclean election waits for each broker's survey answer.
+SURVEY_TIMEOUT_S: Final = 2.0
 
 
 class _LeaderAndIsr:
@@ -79,22 +83,19 @@ class Dispatcher:
         retry_backoff_ms: int,
         retry_backoff_max_ms: int,
         max_message_bytes: int,
+        on_replicas_offline: Callable[[int, int, list[PartitionKey]], None] | None = None,
     ) -> None:
+        #: Called with (broker id, broker epoch, partitions) a broker answered
+        #: KAFKA_STORAGE_ERROR for in LeaderAndIsr (it cannot open their logs).
+        self._on_replicas_offline = on_replicas_offline
         self._current_state = current_state
         self._is_live = is_live
         self._task_group = task_group
         self._request_timeout_s = request_timeout_ms / 1000
         self._retry_backoff_ms = retry_backoff_ms
         self._retry_backoff_max_ms = retry_backoff_max_ms
-        self._channel_options = [
-            ("grpc.max_send_message_length", max_message_bytes),
-            ("grpc.max_receive_message_length", max_message_bytes),
-            # Default reconnect back-off grows to minutes; a restarted broker must be
-            # reachable again within a heartbeat or two.
-            ("grpc.initial_reconnect_backoff_ms", 100),
-            ("grpc.min_reconnect_backoff_ms", 100),
-            ("grpc.max_reconnect_backoff_ms", 1_000),
-        ]
+        # A restarted broker must be reachable again within a heartbeat or two.
+        self._channel_options = channel_options(max_message_bytes=max_message_bytes)
         self._links: dict[int, _BrokerLink] = {}
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -122,6 +123,39 @@ class Dispatcher:
         if keys:
             self._push(broker_id, _LeaderAndIsr(keys, ()))
         self._push(broker_id, _UpdateMetadata())
+
+    async def survey_logs(
+        self, broker_id: int, keys: Collection[PartitionKey]
+    ) -> dict[PartitionKey, LogEnd]:
+        """What broker `broker_id` holds of `keys` (last leader epoch, log end offset), for
+        an unclean election with the longest-log strategy; {} when it does not answer in
+        time (it is then no candidate)."""
+        state = self._current_state()
+        broker = state.brokers.get(broker_id)
+        if broker is None or not keys:
+            return {}
+        link = self._link(broker_id)
+        stub = self._stub(link, f"{broker.host}:{broker.port}")
+        try:
+            reply = await stub.GetReplicaLogInfo(
+                codec.replica_log_info_request(state, broker_epoch=broker.broker_epoch, keys=keys),
+                timeout=min(self._request_timeout_s, SURVEY_TIMEOUT_S),
+            )
+        except grpc.aio.AioRpcError as error:
+            logger.info("broker %d did not answer the log survey: %s", broker_id, error.code())
+            return {}
+        if reply.error_code != common_pb2.NONE:
+            logger.info("broker %d refused the log survey: error %d", broker_id, reply.error_code)
+            return {}
+        return {
+            (item.topic, item.partition): LogEnd(
+                last_epoch=item.last_epoch,
+                log_end_offset=item.log_end_offset,
+                broker_epoch=broker.broker_epoch,
+            )
+            for item in reply.partitions
+            if item.error_code == common_pb2.NONE
+        }
 
     def acked_metadata_offset(self, broker_id: int, broker_epoch: int) -> int:
         """The newest metadata offset the broker acknowledged under `broker_epoch` (-1: none)."""
@@ -245,6 +279,13 @@ class Dispatcher:
                             return
                         lai = await stub.LeaderAndIsr(request, timeout=self._request_timeout_s)
                         error_code = lai.error_code
+                        offline = [
+                            (p.topic, p.partition)
+                            for p in lai.partitions
+                            if p.error_code == common_pb2.KAFKA_STORAGE_ERROR
+                        ]
+                        if offline and self._on_replicas_offline is not None:
+                            self._on_replicas_offline(link.broker_id, broker.broker_epoch, offline)
                         for failed in lai.partitions:
                             if failed.error_code != common_pb2.NONE:
                                 logger.warning(

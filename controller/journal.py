@@ -1,4 +1,7 @@
-"""The controller's durable metadata: an append-only journal plus an atomic snapshot.
+"""The single-controller metadata format (before the quorum): an append-only journal plus an
+atomic snapshot. Today's controllers keep their metadata in the Raft log (`quorum`); a
+directory in this format is read once and converted (`metadata_dir.convert_journal`), and
+its `Snapshot` struct is the data of the Raft snapshots (`metadata_log`).
 
 Files in the data directory:
 - `metadata.journal`: frames `[u32 length][u32 CRC-32C of payload][payload]`, little-endian;

@@ -39,12 +39,21 @@ class BrokerRegistration(msgspec.Struct, frozen=True, kw_only=True):
     broker_epoch: int
     fenced: bool = True
     in_controlled_shutdown: bool = False
+    #: The identity of the broker's data directory (written when it was formatted); a
+    #: broker that comes back with another one has lost every replica it held.
+    directory_id: str = ""
 
 
 class PartitionRegistration(msgspec.Struct, frozen=True, kw_only=True):
     """Replicas (assignment order, first = preferred), leader, ISR and their epochs.
 
     `leader_epoch` changes only with the leader; `partition_epoch` on every change.
+    `elr` (eligible leader replicas, KIP-966): replicas that left the ISR while it was
+    below min.insync.replicas (the high watermark was frozen, so they hold every committed
+    record); electable when no ISR member is. `last_known_elr`: replicas that were in the
+    ISR or ELR when it was last below the minimum but are eligible no more (an unclean
+    restart): what an operator looks at before an unclean election. Both are cleared when
+    the ISR is back at min.insync.replicas.
     """
 
     replicas: tuple[int, ...]
@@ -53,6 +62,8 @@ class PartitionRegistration(msgspec.Struct, frozen=True, kw_only=True):
     isr: tuple[int, ...]
     partition_epoch: int = 0
     recovering: bool = False  # set by an unclean election, cleared when the ISR is healthy
+    elr: tuple[int, ...] = ()
+    last_known_elr: tuple[int, ...] = ()
 
     @property
     def status(self) -> PartitionStatus:

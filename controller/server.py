@@ -1,18 +1,26 @@
-"""gRPC `ControllerService`: translate requests to engine calls and replies back. No rules here."""
+"""gRPC `ControllerService`: translate requests to engine calls and replies back. No rules here.
+
+A controller that is not the active one (a standby, or one still starting) answers every
+call with NOT_CONTROLLER in the response's error fields (per topic for CreateTopics and
+DeleteTopics), except `DescribeQuorum`, which any controller answers: callers use it to
+find the active controller.
+"""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import itertools
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import grpc
 
 from controller import codec
 from controller.engine import ControllerEngine
+from controller.quorum import NotControllerError
 from controller.state_machine import AlterPartitionItem, ElectionType
 from minikafka.errors import ErrorCode
-from minikafka.v1 import common_pb2, controller_pb2, controller_pb2_grpc
+from minikafka.v1 import common_pb2, controller_pb2, controller_pb2_grpc, raft_pb2
 
 ServicerContext = grpc.aio.ServicerContext[Any, Any]
 
@@ -22,24 +30,58 @@ _ELECTION_TYPES = {
 }
 
 
+_NOT_CONTROLLER = codec.wire_code(ErrorCode.NOT_CONTROLLER)
+
+
 class ControllerServicer(controller_pb2_grpc.ControllerServiceServicer):
     def __init__(
-        self, engine: ControllerEngine, *, heartbeat_interval_ms: int, session_timeout_ms: int
+        self,
+        engine: Callable[[], ControllerEngine | None],
+        *,
+        describe_quorum: Callable[[], raft_pb2.DescribeQuorumResponse],
+        heartbeat_interval_ms: int,
+        session_timeout_ms: int,
     ) -> None:
-        self._engine = engine
+        self._current_engine = engine
+        self._describe_quorum = describe_quorum
         self._heartbeat_interval_ms = heartbeat_interval_ms
         self._session_timeout_ms = session_timeout_ms
+        self._stream_numbers = itertools.count(1)
+
+    @property
+    def _engine(self) -> ControllerEngine:
+        engine = self._current_engine()
+        if engine is None:
+            raise NotControllerError("the controller is still starting", leader_id=None)
+        return engine
+
+    async def DescribeQuorum(
+        self, request: raft_pb2.DescribeQuorumRequest, context: ServicerContext
+    ) -> raft_pb2.DescribeQuorumResponse:
+        return self._describe_quorum()
 
     async def RegisterBroker(
         self, request: controller_pb2.RegisterBrokerRequest, context: ServicerContext
     ) -> controller_pb2.RegisterBrokerResponse:
-        reply = await self._engine.register_broker(
+        try:
+            return await self._register_broker(request)
+        except NotControllerError as error:
+            return controller_pb2.RegisterBrokerResponse(
+                error_code=_NOT_CONTROLLER, error_message=str(error)
+            )
+
+    async def _register_broker(
+        self, request: controller_pb2.RegisterBrokerRequest
+    ) -> controller_pb2.RegisterBrokerResponse:
+        engine = self._engine
+        reply = await engine.register_broker(
             broker_id=request.broker_id,
             host=request.endpoint.host,
             port=request.endpoint.port,
             rack=request.endpoint.rack,
             incarnation_id=request.incarnation_id,
-            clean_shutdown=request.clean_shutdown,
+            previous_broker_epoch=(request.previous_broker_epoch if request.clean_shutdown else -1),
+            directory_id=request.directory_id,
             external_host=request.endpoint.external_host,
             external_port=request.endpoint.external_port,
         )
@@ -49,23 +91,28 @@ class ControllerServicer(controller_pb2_grpc.ControllerServiceServicer):
             broker_epoch=reply.broker_epoch,
             heartbeat_interval_ms=self._heartbeat_interval_ms,
             session_timeout_ms=self._session_timeout_ms,
-            controller_epoch=self._engine.state.controller_epoch,
+            controller_epoch=engine.state.controller_epoch,
         )
 
     async def BrokerHeartbeat(
         self, request: controller_pb2.BrokerHeartbeatRequest, context: ServicerContext
     ) -> controller_pb2.BrokerHeartbeatResponse:
-        reply = await self._engine.heartbeat(
-            broker_id=request.broker_id,
-            broker_epoch=request.broker_epoch,
-            metadata_offset=request.metadata_offset,
-            want_shutdown=request.want_shutdown,
-        )
+        try:
+            engine = self._engine
+            reply = await engine.heartbeat(
+                broker_id=request.broker_id,
+                broker_epoch=request.broker_epoch,
+                metadata_offset=request.metadata_offset,
+                want_shutdown=request.want_shutdown,
+            )
+        except NotControllerError:
+            # No epoch announced: only the active controller's replies announce one.
+            return controller_pb2.BrokerHeartbeatResponse(error_code=_NOT_CONTROLLER)
         return controller_pb2.BrokerHeartbeatResponse(
             error_code=codec.wire_code(reply.error),
             is_fenced=reply.is_fenced,
             should_shut_down=reply.should_shut_down,
-            controller_epoch=self._engine.state.controller_epoch,
+            controller_epoch=engine.state.controller_epoch,
         )
 
     async def BrokerHeartbeatStream(
@@ -75,23 +122,38 @@ class ControllerServicer(controller_pb2_grpc.ControllerServiceServicer):
     ) -> AsyncIterator[controller_pb2.BrokerHeartbeatResponse]:
         last: controller_pb2.BrokerHeartbeatRequest | None = None
         accepted = False
+        # This stream's identity, in opening order: a newer stream of the broker replaces it
+        # (even if this one's queued heartbeats are still being answered).
+        stream = next(self._stream_numbers)
         try:
             async for request in request_iterator:
                 last = request
                 reply = await self.BrokerHeartbeat(request, context)
                 accepted = reply.error_code == ErrorCode.NONE
+                engine = self._current_engine()
+                if accepted and engine is not None:
+                    engine.heartbeat_stream_seen(request.broker_id, stream)
                 yield reply
         finally:
-            if last is not None and accepted and not last.want_shutdown:
+            engine = self._current_engine()
+            if last is not None and accepted and not last.want_shutdown and engine is not None:
                 # Shielded: this also runs when the stream is cancelled by a dead peer.
                 await asyncio.shield(
-                    self._engine.heartbeat_stream_broken(
-                        broker_id=last.broker_id, broker_epoch=last.broker_epoch
+                    engine.heartbeat_stream_broken(
+                        broker_id=last.broker_id, broker_epoch=last.broker_epoch, stream=stream
                     )
                 )
 
     async def AlterPartition(
         self, request: controller_pb2.AlterPartitionRequest, context: ServicerContext
+    ) -> controller_pb2.AlterPartitionResponse:
+        try:
+            return await self._alter_partition(request)
+        except NotControllerError:
+            return controller_pb2.AlterPartitionResponse(error_code=_NOT_CONTROLLER)
+
+    async def _alter_partition(
+        self, request: controller_pb2.AlterPartitionRequest
     ) -> controller_pb2.AlterPartitionResponse:
         reply = await self._engine.alter_partition(
             broker_id=request.broker_id,
@@ -103,6 +165,9 @@ class ControllerServicer(controller_pb2_grpc.ControllerServiceServicer):
                     leader_epoch=item.leader_epoch,
                     partition_epoch=item.partition_epoch,
                     new_isr=tuple(item.new_isr),
+                    member_epochs={
+                        member.broker_id: member.broker_epoch for member in item.new_isr_with_epochs
+                    },
                 )
                 for item in request.partitions
             ],
@@ -125,9 +190,12 @@ class ControllerServicer(controller_pb2_grpc.ControllerServiceServicer):
     async def ControlledShutdown(
         self, request: controller_pb2.ControlledShutdownRequest, context: ServicerContext
     ) -> controller_pb2.ControlledShutdownResponse:
-        reply = await self._engine.controlled_shutdown(
-            broker_id=request.broker_id, broker_epoch=request.broker_epoch
-        )
+        try:
+            reply = await self._engine.controlled_shutdown(
+                broker_id=request.broker_id, broker_epoch=request.broker_epoch
+            )
+        except NotControllerError:
+            return controller_pb2.ControlledShutdownResponse(error_code=_NOT_CONTROLLER)
         return controller_pb2.ControlledShutdownResponse(
             error_code=codec.wire_code(reply.error),
             remaining_partitions=[
@@ -139,21 +207,66 @@ class ControllerServicer(controller_pb2_grpc.ControllerServiceServicer):
     async def CreateTopics(
         self, request: controller_pb2.CreateTopicsRequest, context: ServicerContext
     ) -> controller_pb2.CreateTopicsResponse:
-        results = await self._engine.create_topics(
-            topics=codec.new_topics(request), validate_only=request.validate_only
-        )
+        try:
+            results = await self._engine.create_topics(
+                topics=codec.new_topics(request), validate_only=request.validate_only
+            )
+        except NotControllerError as error:
+            return controller_pb2.CreateTopicsResponse(
+                topics=_not_controller_topics([t.name for t in request.topics], error)
+            )
         return controller_pb2.CreateTopicsResponse(topics=codec.topic_results(results))
+
+    async def CreatePartitions(
+        self, request: controller_pb2.CreatePartitionsRequest, context: ServicerContext
+    ) -> controller_pb2.CreatePartitionsResponse:
+        try:
+            results = await self._engine.create_partitions(
+                topics=codec.new_partitions(request), validate_only=request.validate_only
+            )
+        except NotControllerError as error:
+            return controller_pb2.CreatePartitionsResponse(
+                topics=_not_controller_topics([t.name for t in request.topics], error)
+            )
+        return controller_pb2.CreatePartitionsResponse(topics=codec.topic_results(results))
+
+    async def DescribePartitionHistory(
+        self, request: controller_pb2.DescribePartitionHistoryRequest, context: ServicerContext
+    ) -> controller_pb2.DescribePartitionHistoryResponse:
+        try:
+            engine = self._engine
+        except NotControllerError as error:
+            return controller_pb2.DescribePartitionHistoryResponse(
+                error_code=_NOT_CONTROLLER, error_message=str(error)
+            )
+        # Every controller replays the committed log, so a standby answers too.
+        return codec.partition_history_response(
+            engine.state, request.topic, request.partition, engine.history
+        )
 
     async def DeleteTopics(
         self, request: controller_pb2.DeleteTopicsRequest, context: ServicerContext
     ) -> controller_pb2.DeleteTopicsResponse:
-        results = await self._engine.delete_topics(names=list(request.names))
+        try:
+            results = await self._engine.delete_topics(names=list(request.names))
+        except NotControllerError as error:
+            return controller_pb2.DeleteTopicsResponse(
+                topics=_not_controller_topics(list(request.names), error)
+            )
         return controller_pb2.DeleteTopicsResponse(topics=codec.topic_results(results))
 
     async def DescribeCluster(
         self, request: controller_pb2.DescribeClusterRequest, context: ServicerContext
     ) -> controller_pb2.DescribeClusterResponse:
-        return codec.describe_cluster_response(self._engine.state, topics=list(request.topics))
+        try:
+            state = self._engine.describe()
+        except NotControllerError:
+            return controller_pb2.DescribeClusterResponse(error_code=_NOT_CONTROLLER)
+        return codec.describe_cluster_response(
+            state,
+            topics=list(request.topics),
+            eligible_leader_replicas=self._engine.settings.eligible_leader_replicas,
+        )
 
     async def ElectLeaders(
         self, request: controller_pb2.ElectLeadersRequest, context: ServicerContext
@@ -165,21 +278,29 @@ class ControllerServicer(controller_pb2_grpc.ControllerServiceServicer):
                 f"unknown election type {request.election_type}",
             )
             raise AssertionError("abort returns only by raising")
-        outcomes = await self._engine.elect_leaders(
-            election_type=election_type,
-            partitions=[(tp.topic, tp.partition) for tp in request.partitions] or None,
-        )
+        try:
+            outcomes = await self._engine.elect_leaders(
+                election_type=election_type,
+                partitions=[(tp.topic, tp.partition) for tp in request.partitions] or None,
+            )
+        except NotControllerError:
+            return controller_pb2.ElectLeadersResponse(error_code=_NOT_CONTROLLER)
         return controller_pb2.ElectLeadersResponse(results=codec.election_results(outcomes))
 
     async def AlterConfigs(
         self, request: controller_pb2.AlterConfigsRequest, context: ServicerContext
     ) -> controller_pb2.AlterConfigsResponse:
-        reply = await self._engine.alter_configs(
-            topic=request.topic,
-            set_configs=dict(request.set),
-            delete_configs=list(request.delete),
-            validate_only=request.validate_only,
-        )
+        try:
+            reply = await self._engine.alter_configs(
+                topic=request.topic,
+                set_configs=dict(request.set),
+                delete_configs=list(request.delete),
+                validate_only=request.validate_only,
+            )
+        except NotControllerError as error:
+            return controller_pb2.AlterConfigsResponse(
+                error_code=_NOT_CONTROLLER, error_message=str(error)
+            )
         return controller_pb2.AlterConfigsResponse(
             error_code=codec.wire_code(reply.error), error_message=reply.message
         )
@@ -187,11 +308,25 @@ class ControllerServicer(controller_pb2_grpc.ControllerServiceServicer):
     async def InitProducerId(
         self, request: controller_pb2.InitProducerIdRequest, context: ServicerContext
     ) -> controller_pb2.InitProducerIdResponse:
-        reply = await self._engine.init_producer_id(
-            producer_id=request.producer_id, producer_epoch=request.producer_epoch
-        )
+        try:
+            reply = await self._engine.init_producer_id(
+                producer_id=request.producer_id, producer_epoch=request.producer_epoch
+            )
+        except NotControllerError:
+            return controller_pb2.InitProducerIdResponse(
+                error_code=_NOT_CONTROLLER, producer_id=-1, producer_epoch=-1
+            )
         return controller_pb2.InitProducerIdResponse(
             error_code=codec.wire_code(reply.error),
             producer_id=reply.producer_id,
             producer_epoch=reply.producer_epoch,
         )
+
+
+def _not_controller_topics(
+    names: list[str], error: NotControllerError
+) -> list[controller_pb2.TopicResult]:
+    return [
+        controller_pb2.TopicResult(name=name, error_code=_NOT_CONTROLLER, error_message=str(error))
+        for name in names
+    ]

@@ -24,7 +24,7 @@ from typing import Final, Generic, TypeVar
 
 import msgspec
 
-from controller.election import ElectionMode, elect_leader
+from controller.election import ElectionMode, LogEnd, UncleanRecoveryStrategy, elect_leader
 from controller.model import (
     NO_LEADER,
     BrokerRegistration,
@@ -33,7 +33,13 @@ from controller.model import (
     PartitionRegistration,
     TopicRecord,
 )
-from controller.partition_change import ElectionKind, PartitionChange, build_partition_change
+from controller.partition_change import (
+    ElectionKind,
+    ElectionPolicy,
+    PartitionChange,
+    build_partition_change,
+    clear_eligible,
+)
 from controller.placement import assign_replicas
 from controller.records import (
     BrokerRecord,
@@ -45,16 +51,20 @@ from controller.records import (
     RemoveTopicRecord,
     TopicUpsertRecord,
 )
-from controller.topic_config import (
+from minikafka.errors import ErrorCode, MiniKafkaError
+from minikafka.limits import TopicLimits, check_capacity, check_partition_count, replicas_per_broker
+from minikafka.topic_config import (
+    FLUSH_POLICY,
+    MIN_INSYNC_REPLICAS,
     TOPIC_CONFIGS,
     UNCLEAN_LEADER_ELECTION_ENABLE,
+    colliding_topic,
     min_insync_replicas,
     unclean_leader_election_enabled,
     validate_topic_configs,
     validate_topic_name,
+    with_effective_defaults,
 )
-from minikafka.errors import ErrorCode, MiniKafkaError
-from minikafka.topic_config import colliding_topic
 
 DELETED_TOPICS_REMEMBERED: Final = 1000
 PRODUCER_EPOCH_MAX: Final = 32767  # Kafka's producer epoch is an int16
@@ -71,6 +81,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     min_insync_replicas: int = 1
     unclean_leader_election_enable: bool = False
     leader_imbalance_per_broker_percentage: int = 10
+    limits: TopicLimits = TopicLimits()
+    #: KIP-966 (on by default; off restores "last replica standing" as a negative control).
+    eligible_leader_replicas: bool = True
+    unclean_recovery_strategy: UncleanRecoveryStrategy = UncleanRecoveryStrategy.LONGEST_LOG
 
 
 class ElectionEvent(msgspec.Struct, frozen=True, kw_only=True):
@@ -112,6 +126,8 @@ class AlterPartitionItem(msgspec.Struct, frozen=True, kw_only=True):
     leader_epoch: int
     partition_epoch: int
     new_isr: tuple[int, ...]
+    #: The broker epoch each member of `new_isr` fetched with (-1: not given), KIP-903.
+    member_epochs: dict[int, int] = msgspec.field(default_factory=dict)
 
 
 class AlterPartitionItemResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -236,16 +252,21 @@ def snapshot_records(state: ClusterState) -> list[Record]:
     return records
 
 
-def bootstrap(state: ClusterState, *, controller_id: int, new_cluster_id: str) -> list[Record]:
-    """Records journaled at every controller start: cluster id once, a new controller epoch."""
+def bootstrap(
+    state: ClusterState,
+    *,
+    controller_id: int,
+    new_cluster_id: str,
+    controller_epoch: int | None = None,
+) -> list[Record]:
+    """Records journaled when a controller becomes active: cluster id once, a new controller
+    epoch: `controller_epoch` (the quorum's Raft epoch, above every earlier one), or the next
+    one when None."""
     records: list[Record] = []
     if not state.cluster_id:
         records.append(ClusterIdRecord(cluster_id=new_cluster_id))
-    records.append(
-        ControllerEpochRecord(
-            controller_id=controller_id, controller_epoch=state.controller_epoch + 1
-        )
-    )
+    epoch = state.controller_epoch + 1 if controller_epoch is None else controller_epoch
+    records.append(ControllerEpochRecord(controller_id=controller_id, controller_epoch=epoch))
     return records
 
 
@@ -295,6 +316,14 @@ def _topic_configs(state: ClusterState, topic: str) -> Mapping[str, str]:
     return record.configs if record is not None else {}
 
 
+def _policy(state: ClusterState, settings: Settings, topic: str) -> ElectionPolicy:
+    return ElectionPolicy(
+        min_insync_replicas=_min_isr(state, settings, topic),
+        eligible_leader_replicas=settings.eligible_leader_replicas,
+        unclean_strategy=settings.unclean_recovery_strategy,
+    )
+
+
 def _min_isr(state: ClusterState, settings: Settings, topic: str) -> int:
     return min_insync_replicas(_topic_configs(state, topic), default=settings.min_insync_replicas)
 
@@ -324,44 +353,135 @@ def _remove_broker(
     *,
     alive: frozenset[int],
     reason: str,
-    recover_last_member: bool = False,
+    lost: Mapping[PartitionKey, RestartLoss] | None = None,
 ) -> _Changes:
-    """Take `broker_id` out of every ISR (not the last member) and move its leaderships.
+    """Take `broker_id` out of every ISR and move its leaderships.
 
-    With `recover_last_member` (an unclean restart), a partition whose last ISR member is
-    this broker is marked RECOVERING: its log may have lost an unflushed tail.
+    A broker that is only gone (fenced, shutting down; `lost` None) leaves the ISR; with
+    eligible leader replicas it joins the ELR when the ISR is (or becomes) smaller than
+    min.insync.replicas, even as its last member (the ISR becomes empty and the partition
+    waits for an ELR member); without ELR the last member stays in the ISR.
+
+    After a restart (`lost` maps the broker's partitions to what its replica may have
+    lost there) a replica that may miss records it had acknowledged leaves the ISR and the
+    ELR, even as the last member: the partition goes offline rather than being led by a
+    replica that may miss committed records (KIP-966), until an eligible replica returns
+    or an unclean election. Without ELR an unflushed-tail loss keeps the old rule (the last
+    member stays and the partition is marked RECOVERING: "last replica standing"); a
+    replaced data directory always leaves.
     """
     changes = _Changes(state)
+    elr = settings.eligible_leader_replicas
     for key in _partitions_of_broker(state, broker_id):
         current = changes.current(key)
-        mark_recovering = recover_last_member and current.isr == (broker_id,)
-        if mark_recovering:
+        loss = RestartLoss.NONE if lost is None else lost.get(key, RestartLoss.NONE)
+        others = tuple(member for member in current.isr if member != broker_id)
+        last_standing = not elr and loss is RestartLoss.UNFLUSHED and current.isr == (broker_id,)
+        target_isr: tuple[int, ...] = others
+        unclean_shutdown: tuple[int, ...] = ()
+        if loss is RestartLoss.EVERYTHING or (elr and loss is not RestartLoss.NONE):
+            unclean_shutdown = (broker_id,)
+        elif not elr:
+            target_isr = _without(current.isr, broker_id)
+        if last_standing:
             changes.warnings.append(
-                f"partition {key[0]}-{key[1]}: broker {broker_id} restarted after an unclean "
-                "stop and is the last in-sync replica; keeping it (last replica standing) and "
-                "marking the partition RECOVERING: records it had not flushed may be lost"
+                f"partition {key[0]}-{key[1]}: broker {broker_id} {reason} and is the last "
+                "in-sync replica; eligible leader replicas are off, so it is kept (last "
+                "replica standing) and the partition marked RECOVERING: records it had not "
+                "flushed may be lost"
             )
         change = build_partition_change(
             current,
             alive=alive - {broker_id},
-            min_insync_replicas=_min_isr(state, settings, key[0]),
+            policy=_policy(state, settings, key[0]),
             mode=_automatic_mode(state, settings, key[0]),
-            target_isr=_without(current.isr, broker_id),
-            mark_recovering=mark_recovering,
+            target_isr=target_isr,
+            unclean_shutdown=unclean_shutdown,
+            mark_recovering=last_standing,
         )
         changes.apply(key, change)
-        if change is not None and change.registration.leader == NO_LEADER != current.leader:
+        if change is None:
+            continue
+        after = change.registration
+        if (
+            unclean_shutdown
+            and broker_id in (*current.isr, *current.elr)
+            and not (after.isr or after.elr)
+        ):
+            changes.warnings.append(
+                f"partition {key[0]}-{key[1]} is offline: broker {broker_id}, the last replica "
+                f"known to hold every committed record, {reason} and may have lost "
+                "acknowledged records. To accept the possible loss: minikafka leader-election "
+                f"--election-type unclean --topic {key[0]} --partition {key[1]}"
+            )
+        elif after.leader == NO_LEADER != current.leader:
+            waiting = f"; it waits for an eligible replica {list(after.elr)}" if after.elr else ""
             changes.warnings.append(
                 f"partition {key[0]}-{key[1]} is offline: broker {broker_id} ({reason}) led it "
-                f"and no other in-sync replica is available (ISR {list(current.isr)})"
+                f"and no other in-sync replica is available (ISR {list(current.isr)}){waiting}"
             )
     return changes
 
 
+class RestartLoss(enum.Enum):
+    """What a registering broker's replicas may have lost since its last registration."""
+
+    NONE = "none"  # it proves it continues that registration: nothing
+    UNFLUSHED = "unflushed"  # no proof: whatever it had not fsynced (not for flush.policy=fsync)
+    EVERYTHING = "everything"  # another data directory: every replica it held
+
+
+def restart_loss(
+    existing: BrokerRegistration | None, *, previous_broker_epoch: int, directory_id: str
+) -> tuple[RestartLoss, str]:
+    """What a registering broker may have lost, and why (KIP-966's clean-shutdown proof,
+    plus the data directory's identity).
+
+    Nothing: a broker id never registered before (it held nothing), or the broker proves
+    it continues its last registration: it names that registration's broker epoch as its
+    previous one (written at a clean shutdown, or kept by a crash the operating system
+    survived, so every completed write is still there) with the same data directory.
+    Without the proof (-1, another epoch) its unflushed writes may be gone; with another
+    data directory, everything is.
+    """
+    if existing is None:
+        return RestartLoss.NONE, ""
+    if existing.directory_id and directory_id != existing.directory_id:
+        return RestartLoss.EVERYTHING, (
+            f"came back with data directory {directory_id or '(none)'} instead of "
+            f"{existing.directory_id} (a wiped or replaced disk)"
+        )
+    if previous_broker_epoch != existing.broker_epoch:
+        if previous_broker_epoch < 0:
+            return RestartLoss.UNFLUSHED, "restarted without proof of a clean shutdown"
+        return RestartLoss.UNFLUSHED, (
+            f"restarted claiming broker epoch {previous_broker_epoch}, not its last "
+            f"registration's {existing.broker_epoch}"
+        )
+    return RestartLoss.NONE, ""
+
+
+def _replica_loss(state: ClusterState, key: PartitionKey, loss: RestartLoss) -> RestartLoss:
+    """What the broker's replica of `key` may have lost: flush.policy=fsync topics lose no
+    committed record to an unflushed tail (every offset below the HW was fsynced)."""
+    fsynced = _topic_configs(state, key[0]).get(FLUSH_POLICY) == "fsync"
+    if loss is RestartLoss.UNFLUSHED and fsynced:
+        return RestartLoss.NONE
+    return loss
+
+
 def _elect_leaderless(
-    state: ClusterState, settings: Settings, keys: Iterable[PartitionKey], *, alive: frozenset[int]
+    state: ClusterState,
+    settings: Settings,
+    keys: Iterable[PartitionKey],
+    *,
+    alive: frozenset[int],
+    start: _Changes | None = None,
 ) -> _Changes:
-    changes = _Changes(state)
+    """Elect leaders for the leaderless partitions of `keys` (ISR, then ELR; unclean only
+    where the topic allows it and, with the longest-log strategy, never here: that needs
+    a survey of the replicas' logs, which `unclean_recovery` brings)."""
+    changes = start if start is not None else _Changes(state)
     for key in keys:
         current = changes.current(key)
         if current.leader != NO_LEADER:
@@ -371,7 +491,7 @@ def _elect_leaderless(
             build_partition_change(
                 current,
                 alive=alive,
-                min_insync_replicas=_min_isr(state, settings, key[0]),
+                policy=_policy(state, settings, key[0]),
                 mode=_automatic_mode(state, settings, key[0]),
             ),
         )
@@ -399,7 +519,8 @@ def register_broker(
     port: int,
     rack: str,
     incarnation_id: str,
-    clean_shutdown: bool,
+    previous_broker_epoch: int,
+    directory_id: str,
     session_alive: bool,
     external_host: str = "",
     external_port: int = 0,
@@ -408,7 +529,8 @@ def register_broker(
 
     `session_alive`: the id's current session has not expired. Another incarnation is then
     refused (two processes must never share a broker id). Leaderships of the id are stale
-    and move; after an unclean stop it also leaves every ISR (last member: RECOVERING).
+    and move. A broker that cannot prove its log is intact (`restart_is_intact`) also
+    leaves every ISR, even as its last member (the partition goes offline).
     """
 
     def refuse(code: ErrorCode, message: str) -> ControllerResult[RegisterReply]:
@@ -437,8 +559,12 @@ def register_broker(
         incarnation_id=incarnation_id,
         broker_epoch=state.last_broker_epoch + 1,
         fenced=True,
+        directory_id=directory_id,
     )
-    if clean_shutdown:
+    loss, why = restart_loss(
+        existing, previous_broker_epoch=previous_broker_epoch, directory_id=directory_id
+    )
+    if loss is RestartLoss.NONE:
         # After a clean stop the log is whole: it stays in the ISRs it is still part of and
         # only its (stale) leaderships move until it is unfenced again.
         changes = _Changes(state)
@@ -450,19 +576,25 @@ def register_broker(
                     build_partition_change(
                         current,
                         alive=state.eligible_brokers() - {broker_id},
-                        min_insync_replicas=_min_isr(state, settings, key[0]),
+                        policy=_policy(state, settings, key[0]),
                         mode=_automatic_mode(state, settings, key[0]),
                     ),
                 )
     else:
+        keys = _partitions_of_broker(state, broker_id)
         changes = _remove_broker(
             state,
             settings,
             broker_id,
             alive=state.eligible_brokers(),
-            reason="restarted after an unclean stop",
-            recover_last_member=True,
+            reason=why,
+            lost={k: _replica_loss(state, k, loss) for k in keys},
         )
+        if changes.partitions:
+            changes.warnings.append(
+                f"broker {broker_id} {why}: it leaves every ISR it was in until it has "
+                "caught up again"
+            )
     return ControllerResult(
         records=(BrokerRecord(registration=registration), *changes.records()),
         reply=RegisterReply(broker_epoch=registration.broker_epoch),
@@ -570,7 +702,7 @@ def controlled_shutdown(
             build_partition_change(
                 current,
                 alive=alive,
-                min_insync_replicas=_min_isr(state, settings, key[0]),
+                policy=_policy(state, settings, key[0]),
                 target_isr=target_isr,
             ),
         )
@@ -583,6 +715,27 @@ def controlled_shutdown(
         reply=ControlledShutdownReply(remaining=tuple(remaining)),
         elections=tuple(changes.elections),
     )
+
+
+def _members_eligible(
+    state: ClusterState,
+    current: PartitionRegistration,
+    new_isr: set[int],
+    member_epochs: Mapping[int, int],
+    eligible: frozenset[int],
+) -> bool:
+    """KIP-841 / KIP-903: every member the change adds is unfenced, not shutting down, and
+    fetched with its current broker epoch (an added member without an epoch is refused:
+    the leader may be judging by a previous incarnation's progress); a member whose epoch
+    is given must give its current one."""
+    for member in new_isr:
+        epoch = member_epochs.get(member, -1)
+        registered = state.brokers.get(member)
+        if epoch >= 0 and (registered is None or registered.broker_epoch != epoch):
+            return False
+        if member not in current.isr and (member not in eligible or epoch < 0):
+            return False
+    return True
 
 
 def alter_partition(
@@ -629,7 +782,7 @@ def alter_partition(
         ):
             fail(ErrorCode.INVALID_REQUEST)
             continue
-        if not (new_isr - set(current.isr)) <= eligible:
+        if not _members_eligible(state, current, new_isr, item.member_epochs, eligible):
             fail(ErrorCode.INELIGIBLE_REPLICA)
             continue
         new = changes.apply(
@@ -637,7 +790,7 @@ def alter_partition(
             build_partition_change(
                 current,
                 alive=eligible | {broker_id},
-                min_insync_replicas=_min_isr(state, settings, item.topic),
+                policy=_policy(state, settings, item.topic),
                 target_isr=new_isr,
             ),
         )
@@ -666,6 +819,8 @@ def create_topics(
     records: list[Record] = []
     results: list[TopicResult] = []
     accepted: list[str] = []
+    partition_count = len(state.partitions)
+    hosted = replicas_per_broker(part.replicas for part in state.partitions.values())
     for topic in topics:
         try:
             validate_topic_name(topic.name)
@@ -691,18 +846,36 @@ def create_topics(
             replication_factor = topic.replication_factor
             if replication_factor == -1:
                 replication_factor = settings.default_replication_factor
+            check_partition_count(num_partitions, settings.limits)
             assignment = assign_replicas(
                 topic=topic.name,
                 broker_racks=racks,
                 num_partitions=num_partitions,
                 replication_factor=replication_factor,
             )
-            configs = validate_topic_configs(topic.configs, replication_factor=replication_factor)
+            check_capacity(
+                existing_partitions=partition_count,
+                existing_replicas=hosted,
+                new_assignment=assignment,
+                limits=settings.limits,
+            )
+            configs = validate_topic_configs(
+                with_effective_defaults(
+                    topic.configs,
+                    default_min_insync_replicas=settings.min_insync_replicas,
+                    replication_factor=replication_factor,
+                ),
+                replication_factor=replication_factor,
+                limits=settings.limits,
+            )
         except MiniKafkaError as error:
             results.append(TopicResult(name=topic.name, error=error.code, message=error.message))
             continue
         results.append(TopicResult(name=topic.name))
         accepted.append(topic.name)
+        partition_count += len(assignment)
+        for broker_id, added in replicas_per_broker(assignment).items():
+            hosted[broker_id] = hosted.get(broker_id, 0) + added
         if validate_only:
             continue
         records.append(
@@ -740,6 +913,103 @@ def delete_topics(
             continue
         records.append(RemoveTopicRecord(name=name))
         results.append(TopicResult(name=name))
+    return ControllerResult(records=tuple(records), reply=tuple(results))
+
+
+class NewPartitions(msgspec.Struct, frozen=True, kw_only=True):
+    """Grow topic `name` to `count` partitions in total (Kafka's CreatePartitionsTopic)."""
+
+    name: str
+    count: int
+
+
+def create_partitions(
+    state: ClusterState,
+    settings: Settings,
+    *,
+    topics: Sequence[NewPartitions],
+    validate_only: bool,
+) -> ControllerResult[tuple[TopicResult, ...]]:
+    """Add partitions to existing topics, placed as creation places them.
+
+    The new partitions get the replica lists that `assign_replicas` gives the topic with
+    `count` partitions on today's eligible brokers (so partition p lands where it would
+    have, had the topic been created with `count`), at the replication factor of the
+    topic's existing partitions; leader = first replica, ISR = all replicas, epochs 0.
+    Refusals, per topic: an unknown topic (UNKNOWN_TOPIC_OR_PARTITION), the same topic
+    twice (INVALID_REQUEST), a count not above the current one or above the per-topic
+    limit (INVALID_PARTITIONS), too few eligible brokers (INVALID_REPLICATION_FACTOR),
+    the cluster or a broker past its partition limit (POLICY_VIOLATION).
+    """
+    racks = {b: state.brokers[b].rack for b in sorted(state.eligible_brokers())}
+    counts: dict[str, int] = {}
+    for topic in topics:
+        counts[topic.name] = counts.get(topic.name, 0) + 1
+    records: list[Record] = []
+    results: list[TopicResult] = []
+    partition_count = len(state.partitions)
+    hosted = replicas_per_broker(part.replicas for part in state.partitions.values())
+    for topic in topics:
+        try:
+            if counts[topic.name] > 1:
+                raise MiniKafkaError(
+                    f"topic {topic.name!r} appears more than once in the request",
+                    code=ErrorCode.INVALID_REQUEST,
+                )
+            record = state.topics.get(topic.name)
+            if record is None:
+                raise MiniKafkaError(
+                    f"topic {topic.name!r} does not exist",
+                    code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                )
+            current = record.num_partitions
+            if topic.count == current:
+                raise MiniKafkaError(
+                    f"topic {topic.name!r} already has {current} partitions",
+                    code=ErrorCode.INVALID_PARTITIONS,
+                )
+            if topic.count < current:
+                raise MiniKafkaError(
+                    f"topic {topic.name!r} has {current} partitions, more than the "
+                    f"{topic.count} asked for: partitions can be added, never removed",
+                    code=ErrorCode.INVALID_PARTITIONS,
+                )
+            check_partition_count(topic.count, settings.limits)
+            replication_factor = len(state.partitions[(topic.name, 0)].replicas)
+            added = assign_replicas(
+                topic=topic.name,
+                broker_racks=racks,
+                num_partitions=topic.count,
+                replication_factor=replication_factor,
+            )[current:]
+            check_capacity(
+                existing_partitions=partition_count,
+                existing_replicas=hosted,
+                new_assignment=added,
+                limits=settings.limits,
+            )
+        except MiniKafkaError as error:
+            results.append(TopicResult(name=topic.name, error=error.code, message=error.message))
+            continue
+        results.append(TopicResult(name=topic.name))
+        partition_count += len(added)
+        for broker_id, count in replicas_per_broker(added).items():
+            hosted[broker_id] = hosted.get(broker_id, 0) + count
+        if validate_only:
+            continue
+        records.append(
+            TopicUpsertRecord(topic=msgspec.structs.replace(record, num_partitions=topic.count))
+        )
+        records.extend(
+            PartitionRecord(
+                topic=topic.name,
+                partition=index,
+                registration=PartitionRegistration(
+                    replicas=replicas, leader=replicas[0], isr=replicas
+                ),
+            )
+            for index, replicas in enumerate(added, start=current)
+        )
     return ControllerResult(records=tuple(records), reply=tuple(results))
 
 
@@ -786,7 +1056,9 @@ def alter_configs(
         len(state.partitions[key].replicas) for key in state.topic_partitions(topic)
     )
     try:
-        configs = validate_topic_configs(merged, replication_factor=replication_factor)
+        configs = validate_topic_configs(
+            merged, replication_factor=replication_factor, limits=settings.limits
+        )
     except MiniKafkaError as error:
         return ControllerResult(reply=ConfigReply(error=error.code, message=error.message))
     if validate_only or configs == record.configs:
@@ -794,9 +1066,19 @@ def alter_configs(
     upsert = TopicUpsertRecord(topic=msgspec.structs.replace(record, configs=configs))
     after = replay(state, state.metadata_offset, upsert)
     changes = _Changes(after)
+    if configs.get(MIN_INSYNC_REPLICAS) != record.configs.get(MIN_INSYNC_REPLICAS):
+        # Who was eligible under the old minimum says nothing under the new one (KIP-966).
+        for key in after.topic_partitions(topic):
+            cleared = clear_eligible(after.partitions[key])
+            if cleared is not None:
+                changes.partitions[key] = cleared
     if UNCLEAN_LEADER_ELECTION_ENABLE in set_configs:
         changes = _elect_leaderless(
-            after, settings, after.topic_partitions(topic), alive=after.eligible_brokers()
+            after,
+            settings,
+            after.topic_partitions(topic),
+            alive=after.eligible_brokers(),
+            start=changes,
         )
     return ControllerResult(
         records=(upsert, *changes.records()),
@@ -814,12 +1096,16 @@ def elect_leaders(
     *,
     election_type: ElectionType,
     partitions: Sequence[PartitionKey] | None,
+    log_ends: Mapping[PartitionKey, Mapping[int, LogEnd]] | None = None,
 ) -> ControllerResult[tuple[ElectionOutcome, ...]]:
     """Operator (or automatic rebalance) elections; `partitions=None` means every partition.
 
     PREFERRED: the first assigned replica if it is alive and in the ISR.
-    UNCLEAN: only for partitions without a leader: any alive replica, even when the topic
-    disallows unclean elections (an operator override); the ISR is reset to [leader].
+    UNCLEAN: only for partitions without a leader, even when the topic disallows unclean
+    elections (an operator override): an alive ISR or ELR member if there is one (a clean
+    election after all), else an alive replica chosen by the unclean recovery strategy
+    (longest log among the surveyed replicas of `log_ends`, or the first alive one); the
+    ISR and ELR are reset to [leader].
     """
     keys = sorted(state.partitions) if partitions is None else list(dict.fromkeys(partitions))
     eligible = state.eligible_brokers()
@@ -879,23 +1165,25 @@ def elect_leaders(
                 )
                 continue
             mode = ElectionMode.UNCLEAN
+        surveyed = None if log_ends is None else _current_answers(state, log_ends.get(key, {}))
         new = changes.apply(
             key,
             build_partition_change(
                 current,
                 alive=eligible,
-                min_insync_replicas=_min_isr(state, settings, topic),
+                policy=_policy(state, settings, topic),
                 mode=mode,
+                log_ends=surveyed,
             ),
         )
         if new.leader == NO_LEADER:
-            outcomes.append(
-                outcome(
-                    ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE,
-                    f"no replica of {list(current.replicas)} is alive and unfenced",
-                    NO_LEADER,
-                )
+            alive = [r for r in current.replicas if r in eligible]
+            why = (
+                f"no replica of {list(current.replicas)} is alive and unfenced"
+                if not alive
+                else f"no alive replica of {alive} answered the survey of its log"
             )
+            outcomes.append(outcome(ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE, why, NO_LEADER))
             continue
         outcomes.append(outcome(ErrorCode.NONE, "", new.leader))
     return ControllerResult(
@@ -903,6 +1191,33 @@ def elect_leaders(
         reply=tuple(outcomes),
         elections=tuple(changes.elections),
     )
+
+
+def _current_answers(state: ClusterState, answers: Mapping[int, LogEnd]) -> dict[int, LogEnd]:
+    """The survey answers given by each broker's current registration: one that restarted
+    since it answered may hold less now."""
+    current: dict[int, LogEnd] = {}
+    for broker_id, answer in answers.items():
+        broker = state.brokers.get(broker_id)
+        if broker is not None and answer.broker_epoch in (-1, broker.broker_epoch):
+            current[broker_id] = answer
+    return current
+
+
+def unclean_recovery_candidates(state: ClusterState, settings: Settings) -> list[PartitionKey]:
+    """Leaderless partitions an automatic unclean election would serve (the topic allows
+    one), that wait for it because the longest-log strategy needs a survey of the logs
+    first, and that have an alive replica to survey."""
+    if settings.unclean_recovery_strategy is not UncleanRecoveryStrategy.LONGEST_LOG:
+        return []
+    alive = state.eligible_brokers()
+    keys: list[PartitionKey] = []
+    for key, part in sorted(state.partitions.items()):
+        if part.leader != NO_LEADER or not set(part.replicas) & alive:
+            continue
+        if _automatic_mode(state, settings, key[0]) is ElectionMode.UNCLEAN:
+            keys.append(key)
+    return keys
 
 
 # ---- producer ids ----------------------------------------------------------------------------

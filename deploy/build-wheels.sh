@@ -6,6 +6,7 @@
 #     deploy/build-wheels.sh --spark    # also deploy/spark/wheels: minikafka[spark] + deps
 #
 # Uses the project virtualenv's Python (PYTHON=... overrides), which must be 3.11 like the image.
+# Versions are those CI tested (requirements-ci.lock, as constraints).
 # Dependency wheels already present are reused without asking an index; only a missing or changed
 # requirement goes to PyPI. The minikafka wheel is rebuilt every time with a fixed timestamp, so
 # an unchanged tree gives a byte-identical wheel and Docker's layer cache stays warm.
@@ -17,7 +18,7 @@ SPARK=0
 for arg in "$@"; do
     case "$arg" in
         --spark) SPARK=1 ;;
-        -h | --help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h | --help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "build-wheels: unknown argument '$arg' (expected --spark)" >&2; exit 2 ;;
     esac
 done
@@ -37,11 +38,11 @@ wheels_for() {
     fresh="$(mktemp -d)"
     mkdir -p "$target"
     if ! "$PYTHON" -m pip wheel --quiet --no-index --find-links "$target" --find-links "$APP" \
-        -w "$fresh" "$requirement" 2>/dev/null; then
+        -c requirements-ci.lock -w "$fresh" "$requirement" 2>/dev/null; then
         log "resolving $requirement from the package index"
         rm -rf "$fresh" && fresh="$(mktemp -d)"
         "$PYTHON" -m pip wheel --quiet --find-links "$target" --find-links "$APP" \
-            -w "$fresh" "$requirement"
+            -c requirements-ci.lock -w "$fresh" "$requirement"
     fi
     rm -f "$fresh"/minikafka-*.whl
     find "$target" -maxdepth 1 -name '*.whl' -delete

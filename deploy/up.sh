@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Start the compose cluster and wait until every service is healthy:
 #
-#     deploy/up.sh                          # controller + broker-1..3
+#     deploy/up.sh                          # controller-1..3 (a quorum) + broker-1..3
 #     deploy/up.sh --profile monitoring     # + Prometheus on http://127.0.0.1:9090
 #     deploy/up.sh --profile spark          # + the example Spark job (builds the spark wheels)
 #

@@ -19,8 +19,12 @@ class ConfigError(ValueError):
 
 
 def env_var(option: str) -> str:
-    """The environment variable that sets `--option` (`--data-dir` -> `MINIKAFKA_DATA_DIR`)."""
-    return ENV_PREFIX + option.lstrip("-").replace("-", "_").replace(".", "_").upper()
+    """The environment variable that sets `--option` (`--data-dir` -> `MINIKAFKA_DATA_DIR`).
+
+    A boolean flag pair `--x/--no-x` is named after its first flag and reads true/false
+    (`MINIKAFKA_X=false` is `--no-x`)."""
+    first = option.split("/", 1)[0].strip()
+    return ENV_PREFIX + first.lstrip("-").replace("-", "_").replace(".", "_").upper()
 
 
 def load_toml(path: str | Path) -> dict[str, Any]:

@@ -127,3 +127,31 @@ class MiniKafkaError(Exception):
     @property
     def invalid_metadata(self) -> bool:
         return self.code in INVALID_METADATA_CODES
+
+
+def code_from_wire(value: int) -> ErrorCode:
+    """The `ErrorCode` of a wire value; a number this version does not know is
+    UNKNOWN_SERVER_ERROR (a newer peer's code must not crash the reader).
+
+    The one place a wire number becomes an `ErrorCode`: every reader of an `error_code`
+    field goes through here (or `code_name` for messages)."""
+    try:
+        return ErrorCode(value)
+    except ValueError:
+        return ErrorCode.UNKNOWN_SERVER_ERROR
+
+
+def is_known_code(value: int) -> bool:
+    """Whether `value` is a code this version knows (`code_from_wire` maps the others
+    to UNKNOWN_SERVER_ERROR)."""
+    try:
+        ErrorCode(value)
+    except ValueError:
+        return False
+    return True
+
+
+def code_name(value: int) -> str:
+    """The name of a wire code for messages: `NOT_LEADER_OR_FOLLOWER`, or `error code N`
+    for a number this version does not know (the number stays visible)."""
+    return ErrorCode(value).name if is_known_code(value) else f"error code {value}"

@@ -25,6 +25,20 @@ leader epoch without touching it (as Kafka does); a second, 17-byte `header_crc`
 covers the stamped fields so that a flipped bit anywhere in a batch is detected. The
 broker validates headers and CRCs but never decodes records; the consumer decodes
 them with one msgspec call per batch (`decode_records`).
+
+Validation has three levels, all here (one home), each raising `CorruptBatchError`:
+
+- framing (`parse_header`): length, magic, both CRCs, record count >= 1,
+  `last_offset_delta == record_count - 1`, known codec. What recovery and followers check.
+- contents (`content_problem`): what a CRC-valid header may still lie about, checked
+  without decoding records: producer id >= -1 and, for an idempotent batch (id >= 0),
+  epoch in [0, 32767] and base sequence >= 0; timestamps -1 (none) or >= 0; a record
+  count the body can hold (uncompressed: at `MIN_RECORD_BYTES` per record; compressed:
+  within `RECORDS_BYTES_MAX` once expanded). The leader checks it on every append,
+  `log dump` and the consumer's decode too.
+- records (`decode_records` / `decode_rows`): the body decompresses (streaming, never
+  beyond `RECORDS_BYTES_MAX` or the caller's bound: a compression bomb fails fast) to
+  a msgpack array of exactly `record_count` well-formed records.
 """
 
 from __future__ import annotations
@@ -33,6 +47,7 @@ import enum
 import gzip
 import operator
 import struct
+import zlib
 from collections.abc import Iterator, Sequence
 from typing import Final, TypeAlias, TypeVar
 
@@ -43,6 +58,17 @@ from minikafka.errors import ErrorCode, MiniKafkaError
 
 MAGIC: Final = 2
 HEADER_SIZE: Final = 65
+#: Smallest encoded record: a 4-element array of an int and three nils.
+MIN_RECORD_BYTES: Final = 5
+#: Largest records section a batch may decode to (after decompression): 64 MiB, the gRPC
+#: message limit; a consumer may pass a smaller bound to `decode_records`.
+RECORDS_BYTES_MAX: Final = 64 * 1024 * 1024
+#: `producer_id` of a batch from a producer that is not idempotent (epoch and sequence -1).
+NO_PRODUCER_ID: Final = -1
+#: Kafka's producer epoch is an int16: an idempotent producer's epoch is in [0, 32767].
+PRODUCER_EPOCH_MAX: Final = 32767
+#: A timestamp field holding "no timestamp".
+NO_TIMESTAMP: Final = -1
 #: Bytes of a batch not counted by `batch_length` (base_offset + batch_length).
 LENGTH_PREFIX_SIZE: Final = 12
 #: Smallest legal value of `batch_length`.
@@ -177,19 +203,83 @@ def _compress(codec: Compression, data: bytes) -> bytes:
     return bytes(zstandard.ZstdCompressor(level=1).compress(data))
 
 
-def _decompress(codec: Compression, data: bytes | memoryview) -> bytes | memoryview:
+#: Bytes produced per step of a streaming decompression.
+_DECOMPRESS_CHUNK_BYTES: Final = 1024 * 1024
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def _gunzip(data: bytes | memoryview, limit: int) -> bytes:
+    out = bytearray()
+    pending = bytes(data)
+    while pending:
+        stream = zlib.decompressobj(16 + zlib.MAX_WBITS)  # one gzip member
+        while not stream.eof:
+            chunk = stream.decompress(pending, _DECOMPRESS_CHUNK_BYTES)
+            out += chunk
+            if len(out) > limit:
+                raise _TooLarge
+            pending = stream.unconsumed_tail
+            if not chunk and not pending:
+                break  # no input left and no progress: the stream is cut short
+        if not stream.eof:
+            raise ValueError("truncated gzip stream")
+        pending = stream.unused_data
+    return bytes(out)
+
+
+def _unlz4(data: bytes | memoryview, limit: int) -> bytes:
+    import lz4.frame
+
+    out = bytearray()
+    pending = bytes(data)
+    while pending:
+        stream = lz4.frame.LZ4FrameDecompressor()
+        chunk = stream.decompress(pending, max_length=_DECOMPRESS_CHUNK_BYTES)
+        while True:
+            out += chunk
+            if len(out) > limit:
+                raise _TooLarge
+            if stream.eof or stream.needs_input:
+                break
+            chunk = stream.decompress(b"", max_length=_DECOMPRESS_CHUNK_BYTES)
+        if not stream.eof:
+            raise ValueError("truncated lz4 frame")
+        pending = stream.unused_data
+    return bytes(out)
+
+
+def _unzstd(data: bytes | memoryview, limit: int) -> bytes:
+    import zstandard
+
+    reader = zstandard.ZstdDecompressor().stream_reader(bytes(data), read_across_frames=True)
+    out = bytearray()
+    while chunk := reader.read(_DECOMPRESS_CHUNK_BYTES):
+        out += chunk
+        if len(out) > limit:
+            raise _TooLarge
+    return bytes(out)
+
+
+def _decompress(
+    codec: Compression, data: bytes | memoryview, *, max_bytes: int = RECORDS_BYTES_MAX
+) -> bytes | memoryview:
+    """The records section of a batch, decompressed by streaming: never more than
+    `max_bytes` are produced (a compression bomb fails after `max_bytes`, fast)."""
+    if codec is Compression.NONE:
+        return data
     try:
-        if codec is Compression.NONE:
-            return data
         if codec is Compression.GZIP:
-            return gzip.decompress(data)
+            return _gunzip(data, max_bytes)
         if codec is Compression.LZ4:
-            import lz4.frame
-
-            return bytes(lz4.frame.decompress(data))
-        import zstandard
-
-        return bytes(zstandard.ZstdDecompressor().decompress(data))
+            return _unlz4(data, max_bytes)
+        return _unzstd(data, max_bytes)
+    except _TooLarge:
+        raise CorruptBatchError(
+            f"{codec.name} records expand beyond {max_bytes} bytes (the records size limit)"
+        ) from None
     except Exception as exc:  # codec libraries raise assorted types on bad input
         raise CorruptBatchError(f"cannot decompress {codec.name} records: {exc}") from exc
 
@@ -362,6 +452,100 @@ def parse_header(buf: bytes | memoryview, pos: int = 0, *, verify_crc: bool = Tr
     return header
 
 
+def _array_header_bytes(count: int) -> int:
+    """Bytes of the msgpack array header in front of `count` records."""
+    return 1 if count < 16 else 3 if count < 1 << 16 else 5
+
+
+def content_problem(
+    header: BatchHeader, *, max_records_bytes: int = RECORDS_BYTES_MAX
+) -> str | None:
+    """What a framed, CRC-valid batch header claims that cannot be true, or None.
+
+    Checked without decoding records (cheap enough for every leader append): producer
+    id, epoch and sequence ranges; timestamps; and whether the body can hold
+    `record_count` records (uncompressed: at `MIN_RECORD_BYTES` each; compressed: within
+    `max_records_bytes` once expanded, which `decode_records` enforces).
+    """
+    # Fast path (every leader append): one expression; the explanation only on failure.
+    count = header.record_count
+    producer_id = header.producer_id
+    if (
+        (
+            (
+                producer_id == NO_PRODUCER_ID
+                and header.producer_epoch >= NO_PRODUCER_ID
+                and header.base_sequence >= NO_PRODUCER_ID
+            )
+            or (
+                producer_id >= 0
+                and 0 <= header.producer_epoch <= PRODUCER_EPOCH_MAX
+                and header.base_sequence >= 0
+            )
+        )
+        and header.first_timestamp_ms >= NO_TIMESTAMP
+        and header.max_timestamp_ms >= NO_TIMESTAMP
+        and (
+            count * MIN_RECORD_BYTES + 5 <= header.batch_length - _BODY_LENGTH_OFFSET
+            if header.attributes & _COMPRESSION_MASK == 0
+            else count * MIN_RECORD_BYTES <= max_records_bytes
+        )
+    ):
+        return None
+    return _explain_content_problem(header, max_records_bytes)
+
+
+#: `batch_length` minus this is the size of the records section.
+_BODY_LENGTH_OFFSET: Final = HEADER_SIZE - LENGTH_PREFIX_SIZE
+
+
+def _explain_content_problem(header: BatchHeader, max_records_bytes: int) -> str | None:
+    producer_id = header.producer_id
+    if producer_id < NO_PRODUCER_ID:
+        return f"producer id {producer_id} is negative (only -1, no producer, is allowed)"
+    if producer_id != NO_PRODUCER_ID:
+        if not 0 <= header.producer_epoch <= PRODUCER_EPOCH_MAX:
+            return (
+                f"producer epoch {header.producer_epoch} of producer {producer_id} is outside "
+                f"[0, {PRODUCER_EPOCH_MAX}]"
+            )
+        if header.base_sequence < 0:
+            return f"base sequence {header.base_sequence} of producer {producer_id} is negative"
+    elif header.producer_epoch < NO_PRODUCER_ID or header.base_sequence < NO_PRODUCER_ID:
+        return (
+            f"producer epoch {header.producer_epoch} / base sequence {header.base_sequence} "
+            "below -1"
+        )
+    for name, value in (
+        ("first timestamp", header.first_timestamp_ms),
+        ("max timestamp", header.max_timestamp_ms),
+    ):
+        if value < NO_TIMESTAMP:
+            return f"{name} {value} is negative (only -1, no timestamp, is allowed)"
+    count = header.record_count
+    body_bytes = header.size - HEADER_SIZE
+    if header.attributes & _COMPRESSION_MASK == Compression.NONE:
+        needed = _array_header_bytes(count) + count * MIN_RECORD_BYTES
+        if needed > body_bytes:
+            return (
+                f"record count {count} needs at least {needed} bytes of records, "
+                f"the batch holds {body_bytes}"
+            )
+    elif count * MIN_RECORD_BYTES > max_records_bytes:
+        return (
+            f"record count {count} cannot fit in {max_records_bytes} bytes of records "
+            "(the records size limit)"
+        )
+    return None
+
+
+def check_contents(header: BatchHeader, *, max_records_bytes: int = RECORDS_BYTES_MAX) -> None:
+    """Raise `CorruptBatchError` naming the problem if `content_problem` finds one."""
+    problem = content_problem(header, max_records_bytes=max_records_bytes)
+    if problem is not None:
+        raise CorruptBatchError(f"batch at offset {header.base_offset}: {problem}")
+
+
 def iter_batches(
     buf: bytes | memoryview, *, verify_crc: bool = True
 ) -> Iterator[tuple[int, BatchHeader]]:
@@ -378,34 +562,55 @@ def iter_batches(
         pos += header.size
 
 
-def decode_records(batch: bytes | memoryview) -> tuple[BatchHeader, list[RecordTuple]]:
-    """Validate one batch and decode its records (one msgspec call).
+def decode_records(
+    batch: bytes | memoryview, *, max_records_bytes: int = RECORDS_BYTES_MAX
+) -> tuple[BatchHeader, list[RecordTuple]]:
+    """Validate one batch fully and decode its records (one msgspec call).
 
     Returns the header and the records as `(timestamp_delta_ms, key, value, headers)`
     tuples; record `i` has offset `header.base_offset + i` and timestamp
     `header.first_timestamp_ms + timestamp_delta_ms` (or `header.max_timestamp_ms` for
-    LogAppendTime batches).
+    LogAppendTime batches). Raises `CorruptBatchError` naming the problem when the batch
+    fails framing or contents validation, its records expand beyond
+    `max_records_bytes`, or the body is not exactly `record_count` records.
     """
-    return _decode(batch, _records_decoder)
+    return _decode(batch, _records_decoder, max_records_bytes)
 
 
-def decode_rows(batch: bytes | memoryview) -> tuple[BatchHeader, list[RecordRow]]:
+def decode_rows(
+    batch: bytes | memoryview, *, max_records_bytes: int = RECORDS_BYTES_MAX
+) -> tuple[BatchHeader, list[RecordRow]]:
     """`decode_records` with each record as a `RecordRow` struct (cheaper in bulk)."""
-    return _decode(batch, _rows_decoder)
+    return _decode(batch, _rows_decoder, max_records_bytes)
 
 
 _Row = TypeVar("_Row")
 
 
 def _decode(
-    batch: bytes | memoryview, decoder: msgspec.msgpack.Decoder[list[_Row]]
+    batch: bytes | memoryview, decoder: msgspec.msgpack.Decoder[list[_Row]], max_records_bytes: int
 ) -> tuple[BatchHeader, list[_Row]]:
     header = parse_header(batch)
-    body = _decompress(header.compression, memoryview(batch)[HEADER_SIZE : header.size])
+    check_contents(header, max_records_bytes=max_records_bytes)
+    body = _decompress(
+        header.compression,
+        memoryview(batch)[HEADER_SIZE : header.size],
+        max_bytes=max_records_bytes,
+    )
+    if len(body) > max_records_bytes:
+        raise CorruptBatchError(
+            f"batch at offset {header.base_offset}: {len(body)} bytes of records exceed "
+            f"{max_records_bytes} (the records size limit)"
+        )
     try:
         rows = decoder.decode(body)
     except msgspec.DecodeError as exc:
-        raise CorruptBatchError(f"cannot decode records: {exc}") from exc
+        raise CorruptBatchError(
+            f"batch at offset {header.base_offset}: records are not a valid record list: {exc}"
+        ) from exc
     if len(rows) != header.record_count:
-        raise CorruptBatchError(f"batch says {header.record_count} records but holds {len(rows)}")
+        raise CorruptBatchError(
+            f"batch at offset {header.base_offset} says {header.record_count} records but "
+            f"holds {len(rows)}"
+        )
     return header, rows

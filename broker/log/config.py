@@ -26,3 +26,7 @@ class LogConfig(msgspec.Struct, frozen=True, kw_only=True):
     flush_ms: int = -1
     #: `flush.policy=fsync`: every append is fsynced before it returns.
     fsync_on_append: bool = False
+    #: `message.timestamp.before.max.ms`: refuse CreateTime batches older than this.
+    timestamp_before_max_ms: int = 2**63 - 1
+    #: `message.timestamp.after.max.ms`: refuse CreateTime batches further in the future.
+    timestamp_after_max_ms: int = 3600 * 1000

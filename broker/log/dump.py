@@ -1,9 +1,12 @@
 """Inspect segment files batch by batch (`minikafka log dump DIR`, like kafka-dump-log.sh).
 
 Read-only: works on a partition directory or a single `.log` file, with or without a
-running broker. Each batch is fully validated (header and CRC); the first invalid batch
-of a file is reported with `valid=False` and the scan of that file stops there, since
-nothing after it can be framed.
+running broker. Each batch is fully validated: framing (header, CRCs), what its header
+claims (record count, producer fields, timestamps) and its records, decoded as a consumer
+would (`record_batch.decode_records`: the records present must match the header). A
+batch whose framing fails is reported with `valid=False` and the scan of that file stops
+there, since nothing after it can be framed; a well-framed batch whose contents lie is
+reported `valid=False` and the scan goes on.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from minikafka.record_batch import (
     HEADER_SIZE,
     LENGTH_PREFIX_SIZE,
     CorruptBatchError,
+    decode_records,
     parse_header,
 )
 
@@ -86,27 +90,37 @@ def dump_log(path: Path) -> Iterator[DumpLine]:
     """Yield one `DumpLine` per batch of every segment in `path` (a partition directory
     or one `.log` file), in offset order."""
     for file in _segment_files(path):
-        data = file.read_bytes()
-        position = 0
-        while position < len(data):
-            try:
-                header = parse_header(data, position)
-            except CorruptBatchError as exc:
-                yield _invalid(file.name, data, position, str(exc))
-                break
-            yield DumpLine(
-                file=file.name,
-                position=position,
-                base_offset=header.base_offset,
-                last_offset=header.last_offset,
-                leader_epoch=header.leader_epoch,
-                count=header.record_count,
-                crc=header.crc,
-                size=header.size,
-                valid=True,
-                error="",
-            )
-            position += header.size
+        yield from dump_batches(file.name, file.read_bytes())
+
+
+def dump_batches(name: str, data: bytes) -> Iterator[DumpLine]:
+    """One `DumpLine` per batch of `data` (batches as in a segment; `name` names where
+    they come from), stopping at the first badly framed batch."""
+    position = 0
+    while position < len(data):
+        try:
+            header = parse_header(data, position)
+        except CorruptBatchError as exc:
+            yield _invalid(name, data, position, str(exc))
+            break
+        error = ""
+        try:
+            decode_records(memoryview(data)[position : position + header.size])
+        except CorruptBatchError as exc:
+            error = str(exc)
+        yield DumpLine(
+            file=name,
+            position=position,
+            base_offset=header.base_offset,
+            last_offset=header.last_offset,
+            leader_epoch=header.leader_epoch,
+            count=header.record_count,
+            crc=header.crc,
+            size=header.size,
+            valid=not error,
+            error=error,
+        )
+        position += header.size
 
 
 def format_dump_line(line: DumpLine) -> str:

@@ -34,6 +34,12 @@ class InvalidRecordError(MiniKafkaError):
     default_code = ErrorCode.INVALID_RECORD
 
 
+class InvalidTimestampError(MiniKafkaError):
+    """A CreateTime batch's timestamp is outside message.timestamp.before/after.max.ms."""
+
+    default_code = ErrorCode.INVALID_TIMESTAMP
+
+
 class LogStorageError(MiniKafkaError):
     """The data directory cannot be read or written as required."""
 
@@ -42,6 +48,13 @@ class LogStorageError(MiniKafkaError):
 
 class InconsistentOffsetError(MiniKafkaError):
     """A follower append does not start at the log end offset or is not contiguous."""
+
+    default_code = ErrorCode.UNKNOWN_SERVER_ERROR
+
+
+class InconsistentEpochError(MiniKafkaError):
+    """A follower append carries a batch of an older leader epoch than the log's latest:
+    refused, so the epoch cache is never rewritten backwards (a stale answer)."""
 
     default_code = ErrorCode.UNKNOWN_SERVER_ERROR
 

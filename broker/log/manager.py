@@ -5,9 +5,19 @@ plus the broker-level files `recovery-point-offset-checkpoint`,
 `replication-offset-checkpoint` (high watermarks), `log-start-offset-checkpoint`, the
 `clean-shutdown` marker and the `.lock` held (fcntl.flock) while the broker runs.
 
-Startup removes the clean-shutdown marker durably, so a crash at any later point is
-seen as unclean on the next start; `shutdown()` writes it back last. A brand-new
-(empty) data directory counts as clean: it cannot have lost anything.
+The directory's identity and how its previous owner stopped (clean-shutdown file with
+the broker epoch, boot id of a crash) live in `directory_state`: startup reads and removes
+the clean-shutdown file durably, so a crash at any later point is seen as unclean;
+`shutdown()` writes it back last. A brand-new (empty) data directory proves nothing: its
+broker registers as one that may have lost data (never as a clean one).
+
+Startup never crash-loops on one partition: a partition directory that cannot be opened
+(corrupt, unreadable, out of file descriptors) is logged and kept OFFLINE (`offline`);
+every other partition is served. An offline partition is never recreated empty over its
+directory (`get_or_create` raises KAFKA_STORAGE_ERROR, which LeaderAndIsr answers, so the
+controller moves leadership and ISR away), and its checkpoint entries are kept as read.
+Segment files share one `FileBudget` (`--max-open-segment-files`), so a broker with more
+partitions than file descriptors still starts.
 """
 
 from __future__ import annotations
@@ -21,15 +31,16 @@ import uuid
 from pathlib import Path
 from typing import Final
 
-from broker.log import checkpoint
+from broker.log import checkpoint, directory_state
 from broker.log.config import LogConfig
 from broker.log.errors import DataDirLockedError, LogStorageError
+from broker.log.file_budget import MAX_OPEN_SEGMENT_FILES_DEFAULT, FileBudget
 from broker.log.partition_log import PartitionLog
 
 logger = logging.getLogger(__name__)
 
 LOCK_NAME: Final = ".lock"
-CLEAN_SHUTDOWN_NAME: Final = "clean-shutdown"
+CLEAN_SHUTDOWN_NAME: Final = directory_state.CLEAN_SHUTDOWN_NAME
 RECOVERY_POINT_NAME: Final = "recovery-point-offset-checkpoint"
 HIGH_WATERMARK_NAME: Final = "replication-offset-checkpoint"
 LOG_START_NAME: Final = "log-start-offset-checkpoint"
@@ -62,14 +73,43 @@ class LogManager:
     and the replica manager (get / create / delete logs on LeaderAndIsr / StopReplica).
     """
 
-    def __init__(self, data_dir: Path, default_config: LogConfig, *, now_ms: int) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        default_config: LogConfig,
+        *,
+        now_ms: int,
+        node_id: int | None = None,
+        boot_id: str | None = None,
+        max_open_files: int = MAX_OPEN_SEGMENT_FILES_DEFAULT,
+    ) -> None:
         self.data_dir = data_dir
         self.default_config = default_config
+        self.files = FileBudget(max_open_files)
         data_dir.mkdir(parents=True, exist_ok=True)
         self._lock_fd = self._take_lock(data_dir)
         self._logs: dict[tuple[str, int], PartitionLog] = {}
+        self.boot_id = directory_state.current_boot_id(boot_id)
+        #: Partitions whose directory could not be opened: why, and their checkpoint
+        #: values as read (high watermark, recovery point, log start), written back as is.
+        self.offline: dict[tuple[str, int], str] = {}
+        self._offline_checkpoints: dict[tuple[str, int], tuple[int, int, int]] = {}
         try:
-            self.had_clean_shutdown: bool = self._consume_clean_marker()
+            fresh = self._is_fresh()
+            self.directory_id = directory_state.directory_identity(
+                data_dir, node_id=node_id, fresh=fresh
+            )
+            self.previous_stop = directory_state.consume_stop_record(
+                data_dir, boot_id=self.boot_id, fresh=fresh
+            )
+            stop = self.previous_stop.stop
+            self.had_clean_shutdown: bool = stop is directory_state.PreviousStop.CLEAN
+            if not self.had_clean_shutdown and not fresh:
+                logger.warning(
+                    "data directory %s was not shut down cleanly (%s); recovering logs",
+                    data_dir,
+                    stop.value,
+                )
             self._open_all(now_ms)
         except BaseException:
             for log in self._logs.values():
@@ -92,21 +132,35 @@ class LogManager:
         os.write(fd, f"{os.getpid()}\n".encode())
         return fd
 
-    def _consume_clean_marker(self) -> bool:
-        marker = self.data_dir / CLEAN_SHUTDOWN_NAME
-        if marker.exists():
-            marker.unlink()
-            checkpoint.fsync_dir(self.data_dir)
-            return True
-        fresh = all(
-            entry.name == LOCK_NAME or entry.name.endswith(checkpoint.TMP_SUFFIX)
+    def _is_fresh(self) -> bool:
+        """No data and no record of a previous owner: only the lock, the identity file
+        and leftovers of atomic writes."""
+        return all(
+            entry.name in (LOCK_NAME, directory_state.META_NAME)
+            or entry.name.endswith(checkpoint.TMP_SUFFIX)
             for entry in self.data_dir.iterdir()
         )
-        if not fresh:
-            logger.warning(
-                "data directory %s was not shut down cleanly; recovering logs", self.data_dir
-            )
-        return fresh
+
+    @property
+    def proven_broker_epoch(self) -> int:
+        """The broker epoch this directory proves it holds everything of (KIP-966), -1
+        when it proves nothing: the epoch of a clean shutdown, or of a crash the operating
+        system survived (same boot id) when recovery found no damage beyond a torn last
+        batch. The broker sends it as its previous broker epoch when it registers."""
+        stop = self.previous_stop
+        if stop.stop is directory_state.PreviousStop.CLEAN:
+            return stop.broker_epoch
+        if stop.stop is directory_state.PreviousStop.CRASH_SAME_BOOT and not any(
+            log.recovery_found_damage for log in self._logs.values()
+        ):
+            return stop.broker_epoch
+        return -1
+
+    def record_registration(self, broker_epoch: int) -> None:
+        """Remember durably that this boot's broker owns the directory as `broker_epoch`."""
+        directory_state.record_incarnation(
+            self.data_dir, boot_id=self.boot_id, broker_epoch=broker_epoch
+        )
 
     def _read_checkpoint(self, name: str) -> dict[tuple[str, int], int]:
         try:
@@ -131,22 +185,39 @@ class LogManager:
             if key is None:
                 logger.warning("ignoring unexpected directory %s in the data directory", entry)
                 continue
-            self._logs[key] = PartitionLog.open(
-                entry,
-                self.default_config,
-                topic=key[0],
-                partition=key[1],
-                recovery_point=recovery_points.get(key, 0),
-                log_start_offset=log_starts.get(key, 0),
-                high_watermark=high_watermarks.get(key, 0),
-                clean_shutdown=self.had_clean_shutdown,
-                now_ms=now_ms,
-            )
+            try:
+                self._logs[key] = PartitionLog.open(
+                    entry,
+                    self.default_config,
+                    topic=key[0],
+                    partition=key[1],
+                    recovery_point=recovery_points.get(key, 0),
+                    log_start_offset=log_starts.get(key, 0),
+                    high_watermark=high_watermarks.get(key, 0),
+                    clean_shutdown=self.had_clean_shutdown,
+                    now_ms=now_ms,
+                    files=self.files,
+                )
+            except Exception as exc:  # one bad partition must not stop the broker
+                self.offline[key] = f"{type(exc).__name__}: {exc}"
+                self._offline_checkpoints[key] = (
+                    high_watermarks.get(key, 0),
+                    recovery_points.get(key, 0),
+                    log_starts.get(key, 0),
+                )
+                logger.error(
+                    "partition %s-%s is OFFLINE: cannot open %s (%s); serving the others",
+                    key[0],
+                    key[1],
+                    entry,
+                    self.offline[key],
+                )
         logger.info(
-            "loaded %d partition log(s) from %s (clean shutdown: %s)",
+            "loaded %d partition log(s) from %s (clean shutdown: %s, offline: %d)",
             len(self._logs),
             self.data_dir,
             self.had_clean_shutdown,
+            len(self.offline),
         )
 
     def get(self, topic: str, partition: int) -> PartitionLog | None:
@@ -162,19 +233,28 @@ class LogManager:
                 log.update_config(config)
             return log
         _validate_topic(topic, partition)
+        reason = self.offline.get((topic, partition))
+        if reason is not None:
+            raise LogStorageError(
+                f"partition {topic}-{partition} is offline on this broker: {reason}"
+            )
         directory = self.data_dir / partition_dir_name(topic, partition)
-        log = PartitionLog.open(
-            directory,
-            config or self.default_config,
-            topic=topic,
-            partition=partition,
-            recovery_point=0,
-            log_start_offset=0,
-            high_watermark=0,
-            clean_shutdown=True,
-            now_ms=0,
-        )
-        checkpoint.fsync_dir(self.data_dir)
+        try:
+            log = PartitionLog.open(
+                directory,
+                config or self.default_config,
+                topic=topic,
+                partition=partition,
+                recovery_point=0,
+                log_start_offset=0,
+                high_watermark=0,
+                clean_shutdown=True,
+                now_ms=0,
+                files=self.files,
+            )
+            checkpoint.fsync_dir(self.data_dir)
+        except OSError as exc:
+            raise LogStorageError(f"cannot create the log of {topic}-{partition}: {exc}") from exc
         self._logs[(topic, partition)] = log
         logger.info("created log for %s-%s in %s", topic, partition, directory)
         return log
@@ -187,11 +267,16 @@ class LogManager:
         leaves a `-delete` directory that the next start removes)."""
         log = self._logs.pop((topic, partition), None)
         if log is None:
-            return
-        # The data is going away: release the files without flushing them.
-        log.abandon()
-        doomed = self.data_dir / f"{log.directory.name}.{uuid.uuid4().hex}{DELETE_SUFFIX}"
-        os.replace(log.directory, doomed)
+            if self.offline.pop((topic, partition), None) is None:
+                return
+            self._offline_checkpoints.pop((topic, partition), None)
+            directory = self.data_dir / partition_dir_name(topic, partition)
+        else:
+            # The data is going away: release the files without flushing them.
+            log.abandon()
+            directory = log.directory
+        doomed = self.data_dir / f"{directory.name}.{uuid.uuid4().hex}{DELETE_SUFFIX}"
+        os.replace(directory, doomed)
         checkpoint.fsync_dir(self.data_dir)
         # Removing hundreds of MiB can take seconds: do it off the caller's thread (the
         # broker's event loop must keep heartbeating). A crash before it finishes leaves a
@@ -204,14 +289,18 @@ class LogManager:
     def checkpoint(self) -> None:
         """Write the HW, recovery point and log start checkpoints atomically."""
         logs = list(self._logs.items())
+        kept = self._offline_checkpoints
         checkpoint.write_offsets(
-            self.data_dir / HIGH_WATERMARK_NAME, {k: log.high_watermark for k, log in logs}
+            self.data_dir / HIGH_WATERMARK_NAME,
+            {**{k: v[0] for k, v in kept.items()}, **{k: log.high_watermark for k, log in logs}},
         )
         checkpoint.write_offsets(
-            self.data_dir / RECOVERY_POINT_NAME, {k: log.recovery_point for k, log in logs}
+            self.data_dir / RECOVERY_POINT_NAME,
+            {**{k: v[1] for k, v in kept.items()}, **{k: log.recovery_point for k, log in logs}},
         )
         checkpoint.write_offsets(
-            self.data_dir / LOG_START_NAME, {k: log.log_start_offset for k, log in logs}
+            self.data_dir / LOG_START_NAME,
+            {**{k: v[2] for k, v in kept.items()}, **{k: log.log_start_offset for k, log in logs}},
         )
 
     def run_retention(self, now_ms: int) -> int:
@@ -232,15 +321,17 @@ class LogManager:
             os.close(self._lock_fd)
             self._lock_fd = -1
 
-    def shutdown(self) -> None:
-        """Close every log, checkpoint, write the clean-shutdown marker, release the lock."""
+    def shutdown(self, *, broker_epoch: int = -1) -> None:
+        """Close every log, checkpoint, write the clean-shutdown file (with the broker
+        epoch of the registration that stops, the proof the next start sends), release
+        the lock."""
         if self._lock_fd < 0:
             return
         try:
             for log in self._logs.values():
                 log.close()
             self.checkpoint()
-            checkpoint.atomic_write(self.data_dir / CLEAN_SHUTDOWN_NAME, b"")
+            directory_state.write_clean_shutdown(self.data_dir, broker_epoch=broker_epoch)
         finally:
             fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
             os.close(self._lock_fd)

@@ -28,16 +28,23 @@ from broker.log.config import LogConfig
 from broker.log.epoch_cache import CHECKPOINT_NAME, LeaderEpochCache
 from broker.log.errors import (
     CorruptRecordError,
+    InconsistentEpochError,
     InconsistentOffsetError,
     InvalidRecordError,
+    InvalidTimestampError,
     LogStorageError,
     OffsetOutOfRangeError,
     RecordTooLargeError,
 )
+from broker.log.file_budget import FileBudget
 from broker.log.segment import INDEX_SUFFIX, LogSegment, parse_segment_name
 from minikafka.record_batch import (
+    NO_TIMESTAMP,
     BatchHeader,
+    Compression,
     CorruptBatchError,
+    content_problem,
+    decode_rows,
     iter_batches,
     stamp,
     stamp_prefix,
@@ -61,6 +68,21 @@ class AppendInfo(msgspec.Struct, frozen=True, kw_only=True):
     size_bytes: int
 
 
+class LogSuffix(msgspec.Struct, frozen=True, kw_only=True):
+    """The batches a truncation would remove: `truncate_to(offset)`, or the whole log
+    for `truncate_fully_and_start_at` (`PartitionLog.truncation_suffix`)."""
+
+    #: First removed offset: the base offset of the batch holding the truncation offset
+    #: (batch granularity), never below the log start offset; `end_offset` if nothing.
+    start_offset: int
+    end_offset: int  # the log end offset
+    size_bytes: int
+    #: Bytes of removed batches holding an offset below `split_offset` (the HW).
+    bytes_below_split: int
+    #: The removed bytes, whole batches, one chunk per segment (None: not read).
+    chunks: list[bytes] | None
+
+
 class ReadResult(msgspec.Struct, frozen=True, kw_only=True):
     """Whole batches read from the log."""
 
@@ -70,13 +92,77 @@ class ReadResult(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def validate_record_set(records: bytes | memoryview) -> list[tuple[int, BatchHeader]]:
-    """Validate every batch of an append (header, CRC, whole batches); all or nothing."""
+    """Validate the framing of every batch of an append (header, CRC, whole batches); all
+    or nothing. What a follower checks: it appends exactly the leader's bytes."""
     if not records:
         raise InvalidRecordError("empty record set: an append needs at least one batch")
     try:
         return list(iter_batches(records, verify_crc=True))
     except CorruptBatchError as exc:
         raise CorruptRecordError(str(exc)) from exc
+
+
+def validate_leader_record_set(
+    records: bytes | memoryview,
+    config: LogConfig,
+    *,
+    now_ms: int,
+    log_append_time: bool,
+    walk_records: bool = False,
+) -> list[tuple[int, BatchHeader]]:
+    """What the leader checks before it assigns offsets; all or nothing, nothing decoded.
+
+    Framing (`validate_record_set`), then per batch: its size against
+    `max_message_bytes` (MESSAGE_TOO_LARGE), what its header may lie about
+    (`record_batch.content_problem`: producer id/epoch/sequence ranges, timestamps >= -1,
+    a record count the body can hold; INVALID_RECORD) and, for CreateTime topics, its
+    first and max timestamps against `message.timestamp.before/after.max.ms` around
+    `now_ms` (INVALID_TIMESTAMP; records are not decoded, so the first record's and the
+    largest timestamp stand for the batch).
+
+    Records are not decoded (as the design says): an uncompressed batch whose body is
+    not a valid record list is stored and refused by consumers (`CorruptBatchError`).
+    Kafka's LogValidator walks every record; `walk_records=True` does too (uncompressed
+    batches only, as Kafka cannot without decompressing either): `benchmarks.storage_bench`
+    measures what it would cost per append.
+    """
+    headers = validate_record_set(records)
+    limit = config.max_message_bytes
+    earliest_ms = now_ms - config.timestamp_before_max_ms
+    latest_ms = now_ms + config.timestamp_after_max_ms
+    view = memoryview(records)
+    for position, header in headers:
+        if header.size > limit:
+            raise RecordTooLargeError(
+                f"batch of {header.size} bytes exceeds max.message.bytes={limit}"
+            )
+        problem = content_problem(header)
+        if problem is not None:
+            raise InvalidRecordError(f"batch at byte {position}: {problem}")
+        if not log_append_time:
+            first_ms = header.first_timestamp_ms
+            max_ms = header.max_timestamp_ms
+            if not (
+                (earliest_ms <= first_ms <= latest_ms or first_ms == NO_TIMESTAMP)
+                and (earliest_ms <= max_ms <= latest_ms or max_ms == NO_TIMESTAMP)
+            ):
+                name, timestamp_ms = (
+                    ("first", first_ms)
+                    if first_ms != NO_TIMESTAMP and not earliest_ms <= first_ms <= latest_ms
+                    else ("max", max_ms)
+                )
+                raise InvalidTimestampError(
+                    f"batch at byte {position}: {name} timestamp {timestamp_ms} is outside "
+                    f"[{earliest_ms}, {latest_ms}] (message.timestamp.before.max.ms="
+                    f"{config.timestamp_before_max_ms}, message.timestamp.after.max.ms="
+                    f"{config.timestamp_after_max_ms} around the broker's clock)"
+                )
+        if walk_records and header.compression is Compression.NONE:
+            try:
+                decode_rows(view[position : position + header.size])
+            except CorruptBatchError as exc:
+                raise InvalidRecordError(f"batch at byte {position}: {exc}") from exc
+    return headers
 
 
 class PartitionLog:
@@ -95,9 +181,11 @@ class PartitionLog:
         log_end_offset: int,
         high_watermark: int,
         recovery_point: int,
+        files: FileBudget | None = None,
     ) -> None:
         """Use `PartitionLog.open`; this only binds already-recovered state."""
         self.directory = directory
+        self._files = files
         self.config = config
         self.topic = topic
         self.partition = partition
@@ -113,6 +201,9 @@ class PartitionLog:
         self._first_unflushed_ms = -1
         self._dir_dirty = False
         self._closed = False
+        #: Recovery at open cut more than a torn last batch (corruption, missing or
+        #: misplaced segments): records this replica once had may be gone.
+        self.recovery_found_damage = False
 
     def __repr__(self) -> str:
         return (
@@ -143,6 +234,7 @@ class PartitionLog:
         high_watermark: int,
         clean_shutdown: bool,
         now_ms: int,
+        files: FileBudget | None = None,
     ) -> PartitionLog:
         """Open (creating if needed) and, after an unclean stop, recover a partition log.
 
@@ -176,7 +268,7 @@ class PartitionLog:
             rebuild_epochs = True
         if not bases:
             start = max(log_start_offset, 0)
-            segment = LogSegment(directory, start, rolling_base_ms=now_ms, create=True)
+            segment = LogSegment(directory, start, rolling_base_ms=now_ms, create=True, files=files)
             fsync_dir(directory)
             epoch_cache.truncate_from_end(start)
             epoch_cache.truncate_from_start(start)
@@ -192,10 +284,11 @@ class PartitionLog:
                 log_end_offset=start,
                 high_watermark=start,
                 recovery_point=start,
+                files=files,
             )
-        segments = [LogSegment(directory, b, rolling_base_ms=now_ms) for b in bases]
+        segments = [LogSegment(directory, b, rolling_base_ms=now_ms, files=files) for b in bases]
         try:
-            log_end_offset, recovered = _load_segments(
+            log_end_offset, recovered, damaged = _load_segments(
                 name,
                 segments,
                 config,
@@ -208,7 +301,7 @@ class PartitionLog:
             for segment in segments:
                 segment.close()
             raise
-        segments = [s for s in segments if s.fileno() >= 0]
+        segments = [s for s in segments if not s.closed]
         active = segments[-1]
         first_ts = active.first_batch_timestamp_ms()
         if first_ts is not None:
@@ -224,7 +317,7 @@ class PartitionLog:
             fsync_dir(directory)
             recovery_point = log_end_offset
         epoch_cache.flush()
-        return cls(
+        log = cls(
             directory,
             config,
             topic=topic,
@@ -235,7 +328,10 @@ class PartitionLog:
             log_end_offset=log_end_offset,
             high_watermark=min(max(high_watermark, start), log_end_offset),
             recovery_point=min(max(recovery_point, 0), log_end_offset),
+            files=files,
         )
+        log.recovery_found_damage = damaged
+        return log
 
     # ---------------------------------------------------------------- append
     def append_as_leader(
@@ -248,18 +344,19 @@ class PartitionLog:
     ) -> AppendInfo:
         """Validate, assign offsets from the LEO, stamp base offset and leader epoch, write.
 
-        Raises `InvalidRecordError` (empty), `CorruptRecordError`, `RecordTooLargeError`
-        (a batch above `max_message_bytes`) or `LogStorageError`; nothing is written then.
+        Raises `InvalidRecordError` (empty, or a header that lies: see
+        `validate_leader_record_set`), `CorruptRecordError`, `RecordTooLargeError` (a
+        batch above `max_message_bytes`), `InvalidTimestampError` or `LogStorageError`;
+        nothing is written then.
         """
         if leader_epoch < 0:
             raise ValueError(f"leader epoch must be >= 0, got {leader_epoch}")
-        headers = validate_record_set(records)
-        limit = self.config.max_message_bytes
-        for _, header in headers:
-            if header.size > limit:
-                raise RecordTooLargeError(
-                    f"batch of {header.size} bytes exceeds max_message_bytes={limit} of {self.name}"
-                )
+        try:
+            headers = validate_leader_record_set(
+                records, self.config, now_ms=now_ms, log_append_time=log_append_time
+            )
+        except (RecordTooLargeError, InvalidRecordError, InvalidTimestampError) as exc:
+            raise type(exc)(f"{self.name}: {exc}") from None
         view = memoryview(records)
         with self._lock:
             self._check_open()
@@ -312,12 +409,17 @@ class PartitionLog:
         """Append the leader's batches as they are (offsets and epochs already stamped).
 
         The first base offset must equal the LEO and batches must be contiguous
-        (`InconsistentOffsetError` otherwise); nothing is written on any error.
+        (`InconsistentOffsetError` otherwise), and no batch may carry an older leader
+        epoch than the latest one in the epoch cache or the batch before it
+        (`InconsistentEpochError`: the answer is stale, and accepting it would drop
+        newer epoch entries); nothing is written on any error.
         """
         headers = validate_record_set(records)
         with self._lock:
             self._check_open()
             expected = self.log_end_offset
+            latest_epoch = self.epoch_cache.latest_epoch()
+            epoch = -1 if latest_epoch is None else latest_epoch
             for _, header in headers:
                 if header.base_offset != expected:
                     raise InconsistentOffsetError(
@@ -325,6 +427,13 @@ class PartitionLog:
                         f"{header.base_offset}, expected {expected} (log end "
                         f"{self.log_end_offset})"
                     )
+                if 0 <= header.leader_epoch < epoch:
+                    raise InconsistentEpochError(
+                        f"{self.name}: follower append has a batch of leader epoch "
+                        f"{header.leader_epoch} at offset {header.base_offset} after epoch "
+                        f"{epoch}; refusing it (a stale fetch answer)"
+                    )
+                epoch = max(epoch, header.leader_epoch)
                 expected = header.next_offset
             self._maybe_roll(len(records), now_ms)
             batches = [(pos, h.base_offset, h.max_timestamp_ms) for pos, h in headers]
@@ -381,8 +490,14 @@ class PartitionLog:
         try:
             old.index.persist()
             segment = LogSegment(
-                self.directory, self.log_end_offset, rolling_base_ms=now_ms, create=True
+                self.directory,
+                self.log_end_offset,
+                rolling_base_ms=now_ms,
+                create=True,
+                files=self._files,
             )
+            # The rolled segment is cold from now on: give its descriptor back.
+            old.idle()
         except OSError as exc:
             raise LogStorageError(f"{self.name}: cannot roll segment: {exc}") from exc
         self._segments.append(segment)
@@ -504,6 +619,79 @@ class PartitionLog:
             self.high_watermark = min(self.high_watermark, new_end)
             self.recovery_point = min(self.recovery_point, new_end)
 
+    def truncation_suffix(
+        self, offset: int, *, split_offset: int, read_max_bytes: int
+    ) -> LogSuffix:
+        """What `truncate_to(offset)` would remove (`offset` <= the log start: the whole
+        log, as `truncate_fully_and_start_at` removes), read only if it is at most
+        `read_max_bytes`: each segment's removed range is read once, as whole batches.
+        Whole segments count, so bytes before the log start in its first segment are
+        included when the whole log goes; a log without records (log start = LEO)
+        removes nothing."""
+        with self._lock:
+            self._check_open()
+            end = self.log_end_offset
+            if offset >= end or self.log_start_offset >= end:  # no record would go
+                return LogSuffix(
+                    start_offset=end,
+                    end_offset=end,
+                    size_bytes=0,
+                    bytes_below_split=0,
+                    chunks=[],
+                )
+            where = self._locate(offset) if offset >= self.log_start_offset else None
+            if where is None or where[2] < self.log_start_offset:
+                where = (0, 0, self.log_start_offset)
+            index, position, start = where
+            size = self._bytes_between((index, position), (len(self._segments), 0))
+            if split_offset <= start:
+                below = 0
+            elif split_offset >= end:
+                below = size
+            else:
+                split = self._locate(split_offset)
+                assert split is not None
+                split_index, split_position, split_base = split
+                if split_base < split_offset:  # the batch holding it has committed records
+                    split_position += self._segments[split_index].peek_at(split_position).size
+                below = self._bytes_between((index, position), (split_index, split_position))
+            chunks: list[bytes] | None = None
+            if size <= read_max_bytes:
+                chunks = []
+                for number, segment in enumerate(self._segments[index:]):
+                    skip = position if number == 0 else 0
+                    if segment.size > skip:
+                        chunks.append(segment.read_at(skip, segment.size - skip))
+            return LogSuffix(
+                start_offset=start,
+                end_offset=end,
+                size_bytes=size,
+                bytes_below_split=below,
+                chunks=chunks,
+            )
+
+    def _locate(self, offset: int) -> tuple[int, int, int] | None:
+        """(segment index, byte position, base offset) of the batch holding `offset`, for
+        log start <= `offset` < LEO; None outside."""
+        if not self.log_start_offset <= offset < self.log_end_offset:
+            return None
+        index = max(bisect.bisect_right(self._bases, offset) - 1, 0)
+        for number in range(index, len(self._segments)):
+            found = self._segments[number].find_batch(offset)
+            if found is not None:
+                return number, found[0], found[1].base_offset
+        return None
+
+    def _bytes_between(self, start: tuple[int, int], stop: tuple[int, int]) -> int:
+        """Bytes from (segment index, position) `start` up to `stop` (exclusive); a stop
+        index of len(segments) means the log end."""
+        (first, first_position), (last, last_position) = start, stop
+        if first == last:
+            return last_position - first_position
+        total = self._segments[first].size - first_position
+        total += sum(segment.size for segment in self._segments[first + 1 : last])
+        return total + last_position
+
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Delete every segment and start an empty log at `offset` (log start = HW = LEO)."""
         if offset < 0:
@@ -520,7 +708,9 @@ class PartitionLog:
             for segment in self._segments:
                 segment.delete_files()
             try:
-                segment = LogSegment(self.directory, offset, rolling_base_ms=0, create=True)
+                segment = LogSegment(
+                    self.directory, offset, rolling_base_ms=0, create=True, files=self._files
+                )
                 fsync_dir(self.directory)
             except OSError as exc:
                 raise LogStorageError(f"{self.name}: cannot restart log: {exc}") from exc
@@ -622,7 +812,7 @@ class PartitionLog:
                 try:
                     segment.flush()
                 except OSError:
-                    if segment.fileno() >= 0:
+                    if not segment.closed:
                         raise  # a real fsync failure, not a segment deleted meanwhile
             if dir_dirty:
                 fsync_dir(self.directory)
@@ -722,11 +912,12 @@ def _load_segments(
     clean_shutdown: bool,
     epoch_cache: LeaderEpochCache,
     full_scan: bool,
-) -> tuple[int, bool]:
+) -> tuple[int, bool, bool]:
     """Load indexes and find the log end; recover where needed.
 
-    Returns `(log_end_offset, recovered)`; segments deleted by recovery are closed
-    (`fileno() < 0`) and must be dropped by the caller.
+    Returns `(log_end_offset, recovered, damaged)` (`damaged`: recovery cut more than a
+    torn last batch); segments deleted by recovery are closed (`closed`) and must be
+    dropped by the caller.
     """
     bases = [s.base_offset for s in segments]
     if full_scan:
@@ -743,10 +934,11 @@ def _load_segments(
     if first_unsafe == len(segments):
         end = _clean_log_end(segments[-1])
         if end is not None:
-            return end, False
+            return end, False, False
         logger.warning("%s: active segment failed its end check; recovering it", name)
         first_unsafe = len(segments) - 1
-    return _recover(name, segments, first_unsafe, config, epoch_cache), True
+    end, damaged = _recover(name, segments, first_unsafe, config, epoch_cache)
+    return end, True, damaged
 
 
 def _load_trusted_index(
@@ -803,9 +995,14 @@ def _recover(
     first: int,
     config: LogConfig,
     epoch_cache: LeaderEpochCache,
-) -> int:
-    """Validate every batch from segment `first` on; cut the log at the first bad one."""
+) -> tuple[int, bool]:
+    """Validate every batch from segment `first` on; cut the log at the first bad one.
+
+    Returns the log end and whether that cut more than a torn (incomplete) last batch of
+    the last segment, which is all a process crash can leave behind.
+    """
     expected = segments[first].base_offset
+    damaged = False
     epoch_cache.truncate_from_end(expected)
     logger.info(
         "%s: recovering from offset %s (%d segment(s) to scan)",
@@ -825,6 +1022,7 @@ def _recover(
                 len(segments) - i - 1,
             )
             _delete_from(segments, i)
+            damaged = True
             break
         scanned: list[tuple[int, BatchHeader]] = []
         error: str | None = None
@@ -858,11 +1056,13 @@ def _recover(
                 len(segments) - i - 1,
             )
             segment.truncate_to_position(valid)
+            torn_tail = i == len(segments) - 1 and "truncated batch" in error
+            damaged = damaged or not torn_tail
             _delete_from(segments, i + 1)
             break
         if i < len(segments) - 1:
             segment.index.persist()
-    return expected
+    return expected, damaged
 
 
 def _delete_from(segments: list[LogSegment], first: int) -> None:

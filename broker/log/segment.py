@@ -1,20 +1,24 @@
 """One log segment: a `<20-digit base offset>.log` file of whole batches plus its sparse index.
 
 Synchronous file I/O on a raw descriptor (`pread`/`pwritev`, no buffering), single
-writer. The segment never decides policy: `PartitionLog` tells it where to append,
-truncate or roll. Invariants: the file holds concatenated batches exactly as
-`minikafka.record_batch` defines them, `size` is the file length, every index entry
-points at the start of a batch.
+writer. The descriptor is opened on first use and may be closed at any time between two
+calls by the broker's `FileBudget` (least recently used first); the next call opens it
+again, so a segment costs a descriptor only while it is in use. The segment never
+decides policy: `PartitionLog` tells it where to append, truncate or roll. Invariants:
+the file holds concatenated batches exactly as `minikafka.record_batch` defines them,
+`size` is the file length, every index entry points at the start of a batch.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import struct
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Final
 
+from broker.log.file_budget import FileBudget
 from broker.log.index import OffsetIndex
 from minikafka.record_batch import (
     HEADER_SIZE,
@@ -80,17 +84,29 @@ class LogSegment:
     """A `.log` + `.index` pair. Caller: `PartitionLog` only."""
 
     def __init__(
-        self, directory: Path, base_offset: int, *, rolling_base_ms: int, create: bool = False
+        self,
+        directory: Path,
+        base_offset: int,
+        *,
+        rolling_base_ms: int,
+        create: bool = False,
+        files: FileBudget | None = None,
     ) -> None:
         self.directory = directory
         self.base_offset = base_offset
         self.log_path = directory / (segment_name(base_offset) + LOG_SUFFIX)
         self.index = OffsetIndex(directory / (segment_name(base_offset) + INDEX_SUFFIX))
-        flags = os.O_RDWR | (os.O_CREAT | os.O_TRUNC if create else 0)
-        self._fd = os.open(self.log_path, flags, 0o644)
+        self._files = files if files is not None else FileBudget(max_open=1 << 30)
+        self._fd = -1
+        self._closed = False
         if create:
+            self._fd = self._files.open(
+                self, str(self.log_path), os.O_RDWR | os.O_CREAT | os.O_TRUNC
+            )
             self.index.discard_file()
-        self.size: int = os.fstat(self._fd).st_size
+            self.size: int = 0
+        else:
+            self.size = os.stat(self.log_path).st_size
         #: Start of the segment's age for time-based rolling.
         self.rolling_base_ms = rolling_base_ms
         self._max_timestamp_ms: int | None = None if self.size else -1
@@ -99,11 +115,11 @@ class LogSegment:
 
     # ----------------------------------------------------------------- reading
     def read_at(self, position: int, size: int) -> bytes:
-        return _pread_exact(self._fd, min(size, self.size - position), position)
+        return _pread_exact(self._descriptor(), min(size, self.size - position), position)
 
     def peek_at(self, position: int) -> BatchPeek:
         """Header fields of the batch at `position` (trusted data, no validation)."""
-        return BatchPeek(_pread_exact(self._fd, HEADER_SIZE, position))
+        return BatchPeek(_pread_exact(self._descriptor(), HEADER_SIZE, position))
 
     def iter_batches(
         self, start_position: int = 0, *, verify_crc: bool = True
@@ -124,11 +140,11 @@ class LogSegment:
                 need = max(HEADER_SIZE, _PREFIX.unpack_from(buf, off)[1] + LENGTH_PREFIX_SIZE)
             if len(buf) - off < need:
                 buf_start, off = pos, 0
-                first = _pread_exact(self._fd, min(SCAN_CHUNK_BYTES, end - pos), pos)
+                first = _pread_exact(self._descriptor(), min(SCAN_CHUNK_BYTES, end - pos), pos)
                 if len(first) >= LENGTH_PREFIX_SIZE:
                     need = max(HEADER_SIZE, _PREFIX.unpack_from(first, 0)[1] + LENGTH_PREFIX_SIZE)
                 if len(first) < need <= end - pos:
-                    first += _pread_exact(self._fd, need - len(first), pos + len(first))
+                    first += _pread_exact(self._descriptor(), need - len(first), pos + len(first))
                 buf = first
             try:
                 header = parse_header(buf, off, verify_crc=verify_crc)
@@ -223,12 +239,13 @@ class LogSegment:
         start = self.size
         total = sum(map(len, buffers))
         self._dirty = True
+        fd = self._descriptor()
         try:
-            written = os.pwritev(self._fd, buffers[:_IOV_MAX], start)
+            written = os.pwritev(fd, buffers[:_IOV_MAX], start)
             if written != total:
                 self._write_rest(buffers, written, start)
         except OSError:
-            os.ftruncate(self._fd, start)  # never leave a torn batch behind a failed write
+            os.ftruncate(fd, start)  # never leave a torn batch behind a failed write
             raise
         since = self._bytes_since_index_entry
         index_empty = not len(self.index)
@@ -260,7 +277,7 @@ class LogSegment:
                 return
             if written:
                 pending[0] = memoryview(pending[0])[written:]
-            written = os.pwritev(self._fd, pending[:_IOV_MAX], position)
+            written = os.pwritev(self._descriptor(), pending[:_IOV_MAX], position)
             position += written
 
     def rebuild_index(
@@ -284,7 +301,7 @@ class LogSegment:
 
     def truncate_to_position(self, position: int) -> None:
         """Cut the file at `position` (a batch boundary) and drop index entries past it."""
-        os.ftruncate(self._fd, position)
+        os.ftruncate(self._descriptor(), position)
         self.size = position
         self.index.truncate_to_position(position)
         self.index.discard_file()
@@ -298,23 +315,47 @@ class LogSegment:
         return self._dirty
 
     def flush(self) -> None:
-        """fsync the `.log` if anything was written since the last flush."""
-        if self._dirty and self._fd >= 0:
+        """fsync the `.log` if anything was written since the last flush (through a new
+        descriptor if the budget closed ours: fsync acts on the file)."""
+        if self._dirty and not self._closed:
             self._dirty = False
-            os.fsync(self._fd)
+            os.fsync(self._descriptor())
 
     def sync(self) -> None:
         """fsync unconditionally (after recovery, whatever this process wrote or not)."""
         self._dirty = False
-        os.fsync(self._fd)
+        os.fsync(self._descriptor())
 
-    def fileno(self) -> int:
-        return self._fd
+    @property
+    def closed(self) -> bool:
+        """Closed for good (the log closed or deleted it), not just evicted by the budget."""
+        return self._closed
+
+    def _descriptor(self) -> int:
+        fd = self._fd
+        if fd >= 0:
+            self._files.touch(self)
+            return fd
+        if self._closed:
+            raise OSError(errno.EBADF, f"segment {self.log_path.name} is closed")
+        fd = self._fd = self._files.open(self, str(self.log_path), os.O_RDWR)
+        return fd
+
+    def release_descriptor(self) -> None:
+        """Close the descriptor (the file budget evicts it); the next use reopens it."""
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            os.close(fd)
+
+    def idle(self) -> None:
+        """Give the descriptor back to the budget now (a rolled, cold segment)."""
+        self._files.forget(self)
+        self.release_descriptor()
 
     def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        self._closed = True
+        self._files.forget(self)
+        self.release_descriptor()
 
     def delete_files(self) -> None:
         self.close()

@@ -1,7 +1,8 @@
 """Follower fetchers: one task per source (leader) broker, multiplexing its partitions.
 
-Caller: ReplicaManager.sync_fetchers() after every LeaderAndIsr.
+Caller: the broker app (`FetcherManager.sync`) after every LeaderAndIsr / UpdateMetadata.
 Affects: the follower partitions' logs (append, truncation, HW, log start offset).
+The network is behind `leader_endpoint.LeaderEndpoint` (gRPC in production).
 
 Each fetch carries, per partition, `fetch_offset` (our LEO), `last_fetched_epoch` (the
 epoch of our last batch) and `current_leader_epoch`, so the leader checks our log
@@ -9,6 +10,11 @@ against its own on *every* fetch and answers with `diverging_epoch` when we must
 truncate (KIP-320/KIP-595): truncation happens on every epoch change without a second
 RPC. Fetches long-poll on the leader (`max_wait_ms`); errors back off per partition
 with a capped delay. A fetcher whose leader is no longer wanted is cancelled.
+
+An answer is applied to a partition only if it still follows the same leader in the
+same leader epoch at the same fetch offset as when the request was built
+(`follower_fetch.response_applies`): a fetch from a leader that keeps other partitions
+may come back after a LeaderAndIsr moved this one.
 """
 
 from __future__ import annotations
@@ -18,25 +24,22 @@ import contextlib
 import logging
 from collections.abc import Callable
 
-import grpc
-
+from broker.log.errors import LogStorageError
 from broker.metadata_cache import BrokerInfo
+from broker.replica.follower_fetch import FetchPosition, response_applies
+from broker.replica.leader_endpoint import (
+    GrpcLeaderEndpoint,
+    LeaderEndpoint,
+    LeaderUnavailableError,
+    ReplicaFetch,
+)
+from broker.replica.manager import FetchItem, FetchResult
 from broker.replica.partition import Partition, Role
 from minikafka.errors import ErrorCode
-from minikafka.v1 import broker_pb2, broker_pb2_grpc
 
 logger = logging.getLogger(__name__)
 
-GRPC_OPTIONS = [
-    ("grpc.max_send_message_length", 64 * 1024 * 1024),
-    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
-    # gRPC's default reconnect back-off grows to minutes: a peer that was down for a few
-    # seconds would then stay unreachable long after it came back.
-    ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.min_reconnect_backoff_ms", 100),
-    ("grpc.max_reconnect_backoff_ms", 1_000),
-]
-RPC_MARGIN_S = 5.0
+PartitionKey = tuple[str, int]
 
 
 class FetcherSettings:
@@ -60,29 +63,39 @@ class FetcherSettings:
         self.now_ms = now_ms
 
 
+def position_of(partition: Partition) -> FetchPosition | None:
+    """Where a follower partition fetches from now; None when it is not a follower."""
+    if partition.role is not Role.FOLLOWER:
+        return None
+    return FetchPosition(
+        leader_id=partition.leader_id,
+        leader_epoch=partition.leader_epoch,
+        fetch_offset=partition.fetch_position()[0],
+    )
+
+
 class ReplicaFetcher:
     """Fetches every partition this broker follows from one leader broker."""
 
-    def __init__(self, leader: BrokerInfo, settings: FetcherSettings) -> None:
+    def __init__(
+        self, leader: BrokerInfo, settings: FetcherSettings, endpoint: LeaderEndpoint
+    ) -> None:
         self.leader = leader
         self._settings = settings
-        self.partitions: dict[tuple[str, int], Partition] = {}
-        self._delayed_until: dict[tuple[str, int], float] = {}
+        self.partitions: dict[PartitionKey, Partition] = {}
+        self._delayed_until: dict[PartitionKey, float] = {}
         self._wakeup = asyncio.Event()
-        self._channel = grpc.aio.insecure_channel(
-            f"{leader.host}:{leader.port}", options=GRPC_OPTIONS
-        )
-        self._stub = broker_pb2_grpc.ReplicaServiceStub(self._channel)
+        self._endpoint = endpoint
         self.task: asyncio.Task[None] | None = None
 
-    def set_partitions(self, partitions: dict[tuple[str, int], Partition]) -> None:
+    def set_partitions(self, partitions: dict[PartitionKey, Partition]) -> None:
         for key in partitions.keys() - self.partitions.keys():
             self._delayed_until.pop(key, None)
         self.partitions = dict(partitions)
         self._wakeup.set()
 
     async def close(self) -> None:
-        await self._channel.close()
+        await self._endpoint.close()
 
     async def run(self) -> None:
         """Fetch until cancelled; idles (no RPC) while there is nothing to fetch."""
@@ -102,66 +115,86 @@ class ReplicaFetcher:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wakeup.wait(), timeout)
                 continue
-            request = self._build_request(ready)
+            request, sent = self._build_request(ready)
             try:
-                response = await self._stub.Fetch(
-                    request, timeout=self._settings.max_wait_ms / 1000 + RPC_MARGIN_S
-                )
-            except grpc.aio.AioRpcError as exc:
+                results = await self._endpoint.fetch(request)
+            except LeaderUnavailableError as exc:
                 logger.info(
-                    "fetch from broker %s failed: %s %s; backing off %.0f ms",
+                    "fetch from broker %s failed: %s; backing off %.0f ms",
                     self.leader.broker_id,
-                    exc.code().name,
-                    exc.details(),
+                    exc,
                     backoff_s * 1000,
                 )
                 self._wakeup.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wakeup.wait(), backoff_s)
                 continue
-            for part in response.partitions:
-                partition = ready.get((part.topic, part.partition))
-                if partition is None or partition.role is not Role.FOLLOWER:
+            for result in results:
+                key = (result.topic, result.partition)
+                partition = self.partitions.get(key)
+                position = sent.get(key)
+                if partition is None or position is None:
                     continue
-                self._handle(partition, part, loop.time() + backoff_s)
+                if not response_applies(position, position_of(partition)):
+                    # A LeaderAndIsr (or a truncation) came while the fetch was in flight:
+                    # this answer describes another position of the log. Fetch again.
+                    logger.debug(
+                        "%s: dropping a fetch answer for %s (now %s)",
+                        partition,
+                        position,
+                        position_of(partition),
+                    )
+                    continue
+                self._handle(partition, result, loop.time() + backoff_s)
 
     def _build_request(
-        self, ready: dict[tuple[str, int], Partition]
-    ) -> broker_pb2.ReplicaFetchRequest:
-        request = broker_pb2.ReplicaFetchRequest(
+        self, ready: dict[PartitionKey, Partition]
+    ) -> tuple[ReplicaFetch, dict[PartitionKey, FetchPosition]]:
+        # Kafka's rule: each partition has its own limit (the leader still returns at least
+        # one whole batch) and the response as a whole is capped by max_bytes; idle
+        # partitions must not shrink a busy one's share.
+        per_partition = self._settings.partition_max_bytes
+        items: list[FetchItem] = []
+        sent: dict[PartitionKey, FetchPosition] = {}
+        for key, partition in ready.items():
+            fetch_offset, last_epoch = partition.fetch_position()
+            sent[key] = FetchPosition(
+                leader_id=partition.leader_id,
+                leader_epoch=partition.leader_epoch,
+                fetch_offset=fetch_offset,
+            )
+            items.append(
+                FetchItem(
+                    topic=key[0],
+                    partition=key[1],
+                    fetch_offset=fetch_offset,
+                    current_leader_epoch=partition.leader_epoch,
+                    last_fetched_epoch=last_epoch,
+                    partition_max_bytes=per_partition,
+                )
+            )
+        request = ReplicaFetch(
             replica_id=self._settings.broker_id,
             broker_epoch=self._settings.broker_epoch(),
             max_wait_ms=self._settings.max_wait_ms,
             min_bytes=1,
             max_bytes=self._settings.max_bytes,
+            items=tuple(items),
         )
-        # Kafka's rule: each partition has its own limit (the leader still returns at least
-        # one whole batch) and the response as a whole is capped by max_bytes; idle
-        # partitions must not shrink a busy one's share.
-        per_partition = self._settings.partition_max_bytes
-        for (topic, index), partition in ready.items():
-            fetch_offset, last_epoch = partition.fetch_position()
-            request.partitions.add(
-                topic=topic,
-                partition=index,
-                fetch_offset=fetch_offset,
-                current_leader_epoch=partition.leader_epoch,
-                last_fetched_epoch=last_epoch,
-                partition_max_bytes=per_partition,
-            )
-        return request
+        return request, sent
 
-    def _handle(
-        self, partition: Partition, part: broker_pb2.FetchPartitionResponse, retry_at: float
-    ) -> None:
+    def _handle(self, partition: Partition, part: FetchResult, retry_at: float) -> None:
         key = (part.topic, part.partition)
         code = part.error_code
         now_ms = self._settings.now_ms()
-        if code == ErrorCode.NONE:
-            if part.diverging_epoch.epoch >= 0:
-                partition.truncate_on_divergence(
-                    part.diverging_epoch.epoch, part.diverging_epoch.end_offset
-                )
+        if code is ErrorCode.NONE:
+            if part.diverging_epoch is not None:
+                try:
+                    partition.truncate_on_divergence(*part.diverging_epoch)
+                except LogStorageError:
+                    # No durable loss receipt (or a failed truncation): retry later.
+                    logger.exception("%s: cannot truncate; backing off", partition)
+                    self._delayed_until[key] = retry_at
                 return
             try:
                 partition.append_as_follower(
@@ -174,11 +207,15 @@ class ReplicaFetcher:
                 logger.exception("%s: cannot append fetched records; backing off", partition)
                 self._delayed_until[key] = retry_at
             return
-        if code == ErrorCode.OFFSET_OUT_OF_RANGE:
-            partition.reset_out_of_range(
-                leader_log_start_offset=part.log_start_offset,
-                leader_log_end_offset=part.log_end_offset,
-            )
+        if code is ErrorCode.OFFSET_OUT_OF_RANGE:
+            try:
+                partition.reset_out_of_range(
+                    leader_log_start_offset=part.log_start_offset,
+                    leader_log_end_offset=part.log_end_offset,
+                )
+            except LogStorageError:
+                logger.exception("%s: cannot reset the log; backing off", partition)
+                self._delayed_until[key] = retry_at
             return
         # NOT_LEADER_OR_FOLLOWER, FENCED/UNKNOWN_LEADER_EPOCH, STALE_BROKER_EPOCH, ...:
         # wait for the controller's next LeaderAndIsr (or the leader to learn the epoch).
@@ -186,7 +223,7 @@ class ReplicaFetcher:
             "%s: leader %s answered %s (%s)",
             partition,
             self.leader.broker_id,
-            ErrorCode(code).name if code in ErrorCode._value2member_map_ else code,
+            code.name,
             part.error_message,
         )
         self._delayed_until[key] = retry_at
@@ -201,10 +238,12 @@ class FetcherManager:
         settings: FetcherSettings,
         endpoint_of: Callable[[int], BrokerInfo | None],
         tasks: asyncio.TaskGroup,
+        connect: Callable[[BrokerInfo], LeaderEndpoint] = GrpcLeaderEndpoint,
     ) -> None:
         self._settings = settings
         self._endpoint_of = endpoint_of
         self._tasks = tasks
+        self._connect = connect
         self.fetchers: dict[int, ReplicaFetcher] = {}
 
     def sync(self, partitions: list[Partition]) -> None:
@@ -229,7 +268,7 @@ class FetcherManager:
             if endpoint is None:
                 logger.warning("no endpoint known for leader %s; not fetching yet", leader_id)
                 continue
-            fetcher = ReplicaFetcher(endpoint, self._settings)
+            fetcher = ReplicaFetcher(endpoint, self._settings, self._connect(endpoint))
             fetcher.task = self._tasks.create_task(fetcher.run(), name=f"fetcher-from-{leader_id}")
             self.fetchers[leader_id] = fetcher
             fetcher.set_partitions(assigned)

@@ -67,13 +67,14 @@ def advance_high_watermark(
     leader_leo: int,
     now_ms: int,
     replica_lag_time_max_ms: int,
-    ineligible: frozenset[int] = frozenset(),
+    eligible_epochs: Mapping[int, int],
 ) -> LeaderState:
     """`state` with its HW recomputed (the same object if unchanged).
 
     Counts the maximal ISR plus followers that are caught up and eligible to join
-    (Kafka's "shouldWaitForReplicaToJoinIsr"), so the HW does not run away from a
-    follower that is about to be added. Call after every leader append (LEO change),
+    (Kafka's "shouldWaitForReplicaToJoinIsr"; `eligible_epochs` as in
+    `isr.is_isr_eligible`), so the HW does not run away from a follower that is about to
+    be added. Call after every leader append (LEO change),
     every recorded follower fetch, and every ISR change.
     """
     joining = caught_up_candidates(
@@ -81,7 +82,7 @@ def advance_high_watermark(
         leader_leo=leader_leo,
         now_ms=now_ms,
         replica_lag_time_max_ms=replica_lag_time_max_ms,
-        ineligible=ineligible,
+        eligible_epochs=eligible_epochs,
     )
     new_hw = compute_high_watermark(
         leader_id=state.leader_id,
@@ -119,14 +120,29 @@ class ProduceOutcome(enum.Enum):
     COMPLETE = "complete"  # the HW covers the batch: acknowledge success
     WAIT = "wait"  # keep the request parked
     NOT_ENOUGH_REPLICAS_AFTER_APPEND = "not_enough_replicas_after_append"
+    #: This broker no longer leads in the epoch the batch was appended in (NOT_LEADER_OR_FOLLOWER).
+    LEADERSHIP_CHANGED = "leadership_changed"
 
 
 def produce_outcome(
-    *, required_offset: int, high_watermark: int, isr_size: int, min_isr: int
+    *,
+    required_offset: int,
+    high_watermark: int,
+    isr_size: int,
+    min_isr: int,
+    appended_leader_epoch: int,
+    leader_epoch: int | None,
 ) -> ProduceOutcome:
-    """What to do with a parked acks=all produce whose last offset is `required_offset - 1`.
+    """What to do with a parked acks=all produce whose last offset is `required_offset - 1`,
+    appended in `appended_leader_epoch`; `leader_epoch` is the epoch this broker leads in
+    now (None: it does not lead).
 
     `isr_size` is the committed ISR size (the one the HW freeze uses).
+
+    - Not leading in the epoch of the append any more: LEADERSHIP_CHANGED, checked first.
+      Even if this broker leads again (A -> B -> A), its log may have been truncated and
+      refilled in between, so the HW passing `required_offset` says nothing about this
+      batch. The batch may still be committed by the new leader: the answer is indefinite.
 
     - HW >= `required_offset`: COMPLETE. The HW only advances while the committed ISR
       has at least `min_isr` members and is the min LEO over a superset of it, so a
@@ -139,8 +155,23 @@ def produce_outcome(
     - Else WAIT (the purgatory completes it on the next HW or ISR change, or times it out
       with REQUEST_TIMED_OUT).
     """
+    if leader_epoch != appended_leader_epoch:
+        return ProduceOutcome.LEADERSHIP_CHANGED
     if high_watermark >= required_offset:
         return ProduceOutcome.COMPLETE
     if isr_size < min_isr:
         return ProduceOutcome.NOT_ENOUGH_REPLICAS_AFTER_APPEND
     return ProduceOutcome.WAIT
+
+
+def latest_offset_available(*, high_watermark: int, leader_epoch_start_offset: int) -> bool:
+    """KIP-207: may a new leader answer ListOffsets(LATEST) (or by timestamp, which the HW
+    bounds too) yet?
+
+    A new leader's HW may lag the HW its predecessor had already exposed (it learns the
+    followers' progress only as they fetch). Answering it would move the latest offset
+    backwards for a client that asked the old leader a moment ago. Once the HW reaches
+    the start offset of the leader's epoch, every offset the old leader could have
+    exposed is covered; until then the answer is OFFSET_NOT_AVAILABLE (retriable).
+    """
+    return high_watermark >= leader_epoch_start_offset

@@ -16,7 +16,7 @@ Kafka) `replicas_to_shrink`; a non-empty answer goes through `propose_isr_change
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 import msgspec
 
@@ -60,7 +60,12 @@ def is_caught_up(
 
 
 def update_follower_progress(
-    progress: FollowerProgress, *, fetch_offset: int, leader_leo: int, now_ms: int
+    progress: FollowerProgress,
+    *,
+    fetch_offset: int,
+    leader_leo: int,
+    now_ms: int,
+    broker_epoch: int = UNKNOWN,
 ) -> FollowerProgress:
     """Kafka `Replica.updateFetchState` (3.x), rule for rule.
 
@@ -73,7 +78,8 @@ def update_follower_progress(
 
     `last_caught_up_time_ms` never goes back, and `last_fetch_leader_leo` keeps the
     largest leader LEO seen (Kafka's `math.max`), so a reordered older fetch changes
-    neither. `fetch_offset` becomes the follower's LEO.
+    neither. `fetch_offset` becomes the follower's LEO and `broker_epoch` (the fetching
+    incarnation, KIP-903) is recorded with it.
     """
     if fetch_offset >= leader_leo:
         last_caught_up_time_ms = max(progress.last_caught_up_time_ms, now_ms)
@@ -87,7 +93,15 @@ def update_follower_progress(
         last_caught_up_time_ms=last_caught_up_time_ms,
         last_fetch_time_ms=now_ms,
         last_fetch_leader_leo=max(leader_leo, progress.last_fetch_leader_leo),
+        broker_epoch=broker_epoch,
     )
+
+
+def forget_follower_progress(progress: FollowerProgress) -> FollowerProgress:
+    """Progress as if the follower had never fetched: for a new incarnation of its broker
+    and for a replica that left the ISR (KIP-903). Nothing it reported is trusted again
+    until it fetches anew."""
+    return FollowerProgress(broker_id=progress.broker_id)
 
 
 def reset_follower_progress(
@@ -121,19 +135,32 @@ def reset_follower_progress(
         last_caught_up_time_ms=last_caught_up_time_ms,
         last_fetch_time_ms=now_ms if in_sync else 0,
         last_fetch_leader_leo=leader_epoch_start_offset,
+        broker_epoch=progress.broker_epoch,
     )
 
 
 def record_follower_fetch(
-    state: LeaderState, *, broker_id: int, fetch_offset: int, leader_leo: int, now_ms: int
+    state: LeaderState,
+    *,
+    broker_id: int,
+    fetch_offset: int,
+    leader_leo: int,
+    now_ms: int,
+    broker_epoch: int = UNKNOWN,
 ) -> LeaderState:
-    """The leader's state after a replica fetch from `broker_id` at `fetch_offset`.
+    """The leader's state after a replica fetch from `broker_id` (incarnation
+    `broker_epoch`) at `fetch_offset`.
 
     Call only for fetches that were validated (current leader epoch, broker epoch) and
     carried no diverging epoch: a diverging follower has not truncated yet, so its
     offset says nothing about what it holds (Kafka skips the update the same way).
     `leader_leo` is the leader's LEO *before* the read, as in Kafka, so appends racing
     with the fetch do not keep a follower out of sync.
+
+    KIP-903: a fetch from a newer incarnation than the progress was built from starts
+    the progress afresh (the broker may have come back with a shorter log); a fetch
+    from an older incarnation (a delayed request of a process that is gone) changes
+    nothing. Progress without an epoch (after a leader change) adopts the fetch's.
     """
     progress = state.follower(broker_id)
     if progress is None:
@@ -141,10 +168,30 @@ def record_follower_fetch(
             f"broker {broker_id} is not a follower of {state.topic}-{state.partition} "
             f"(replicas {list(state.replicas)}, leader {state.leader_id})"
         )
+    if UNKNOWN not in (progress.broker_epoch, broker_epoch):
+        if broker_epoch < progress.broker_epoch:
+            return state
+        if broker_epoch > progress.broker_epoch:
+            progress = forget_follower_progress(progress)
     updated = update_follower_progress(
-        progress, fetch_offset=fetch_offset, leader_leo=leader_leo, now_ms=now_ms
+        progress,
+        fetch_offset=fetch_offset,
+        leader_leo=leader_leo,
+        now_ms=now_ms,
+        broker_epoch=broker_epoch,
     )
     return msgspec.structs.replace(state, followers=_replace_follower(state.followers, updated))
+
+
+def forget_followers(state: LeaderState, broker_ids: Iterable[int]) -> LeaderState:
+    """`state` with the progress of `broker_ids` forgotten (they left the ISR)."""
+    gone = frozenset(broker_ids)
+    if not gone:
+        return state
+    followers = tuple(
+        forget_follower_progress(p) if p.broker_id in gone else p for p in state.followers
+    )
+    return msgspec.structs.replace(state, followers=followers)
 
 
 def _replace_follower(
@@ -192,23 +239,33 @@ def is_follower_in_sync(state: LeaderState, progress: FollowerProgress) -> bool:
     )
 
 
-def replica_to_expand(
-    state: LeaderState, *, ineligible: frozenset[int] = frozenset()
-) -> int | None:
-    """The first replica (in assignment order) that may join the ISR, or None.
+def is_isr_eligible(progress: FollowerProgress, eligible_epochs: Mapping[int, int]) -> bool:
+    """Kafka `isReplicaIsrEligible` (KIP-841, KIP-903): the metadata shows the broker live,
+    unfenced and not shutting down (`eligible_epochs` holds exactly those, with their
+    current broker epochs), and the progress comes from that current incarnation."""
+    current = eligible_epochs.get(progress.broker_id)
+    return current is not None and progress.broker_epoch == current
 
-    Kafka `needsExpandIsr`: nothing in flight, not in the committed ISR, eligible
-    (`ineligible` = brokers the metadata shows fenced or shutting down, KIP-841), and
-    in sync by `is_follower_in_sync`.
+
+def replica_to_expand(
+    state: LeaderState, *, broker_id: int, eligible_epochs: Mapping[int, int]
+) -> int | None:
+    """`broker_id` if the fetch just recorded from it lets it join the ISR, else None.
+
+    Kafka `needsExpandIsr(followerReplica)`: only the replica that fetched is considered
+    (another follower's fetch must never re-add a broker on stale progress); nothing in
+    flight, not in the committed ISR, ISR-eligible by `is_isr_eligible`, and in sync by
+    `is_follower_in_sync`.
     """
-    if state.isr_state.is_inflight:
+    if state.isr_state.is_inflight or broker_id == state.leader_id or broker_id in state.isr:
         return None
-    for broker_id in state.replicas:
-        if broker_id == state.leader_id or broker_id in state.isr or broker_id in ineligible:
-            continue
-        progress = state.follower(broker_id)
-        if progress is not None and is_follower_in_sync(state, progress):
-            return broker_id
+    progress = state.follower(broker_id)
+    if (
+        progress is not None
+        and is_isr_eligible(progress, eligible_epochs)
+        and is_follower_in_sync(state, progress)
+    ):
+        return broker_id
     return None
 
 
@@ -218,7 +275,7 @@ def caught_up_candidates(
     leader_leo: int,
     now_ms: int,
     replica_lag_time_max_ms: int,
-    ineligible: frozenset[int] = frozenset(),
+    eligible_epochs: Mapping[int, int],
 ) -> frozenset[int]:
     """Followers outside the maximal ISR that are caught up and eligible to join.
 
@@ -230,7 +287,7 @@ def caught_up_candidates(
         p.broker_id
         for p in state.followers
         if p.broker_id not in state.maximal_isr
-        and p.broker_id not in ineligible
+        and is_isr_eligible(p, eligible_epochs)
         and is_caught_up(
             p, leader_leo=leader_leo, now_ms=now_ms, replica_lag_time_max_ms=replica_lag_time_max_ms
         )
@@ -259,6 +316,9 @@ class AlterPartitionItem(msgspec.Struct, frozen=True, kw_only=True):
     leader_epoch: int
     partition_epoch: int
     new_isr: tuple[int, ...]  # sorted
+    #: (broker id, broker epoch) of each member of `new_isr`, in the same order: the
+    #: epoch an added member fetched with (KIP-903), UNKNOWN for members kept as they are.
+    new_isr_with_epochs: tuple[tuple[int, int], ...] = ()
 
 
 class AlterPartitionResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -302,8 +362,12 @@ def propose_isr_change(
                 f"{state.topic}-{state.partition}: cannot add {change.adding} to ISR "
                 f"{sorted(current.isr)} with replicas {list(state.replicas)}"
             )
+        progress = state.follower(change.adding)
         pending = PendingExpandIsr(
-            isr=current.isr, adding=change.adding, sent_partition_epoch=state.partition_epoch
+            isr=current.isr,
+            adding=change.adding,
+            adding_broker_epoch=progress.broker_epoch if progress is not None else UNKNOWN,
+            sent_partition_epoch=state.partition_epoch,
         )
     else:
         if (
@@ -331,12 +395,18 @@ def pending_alter_partition(state: LeaderState) -> AlterPartitionItem | None:
 
 
 def _item(state: LeaderState, pending: PendingExpandIsr | PendingShrinkIsr) -> AlterPartitionItem:
+    new_isr = tuple(sorted(pending.proposed_isr))
+    adding = pending.adding if isinstance(pending, PendingExpandIsr) else UNKNOWN
+    adding_epoch = pending.adding_broker_epoch if isinstance(pending, PendingExpandIsr) else 0
     return AlterPartitionItem(
         topic=state.topic,
         partition=state.partition,
         leader_epoch=state.leader_epoch,
         partition_epoch=pending.sent_partition_epoch,
-        new_isr=tuple(sorted(pending.proposed_isr)),
+        new_isr=new_isr,
+        new_isr_with_epochs=tuple(
+            (member, adding_epoch if member == adding else UNKNOWN) for member in new_isr
+        ),
     )
 
 
@@ -364,8 +434,9 @@ def apply_alter_partition_result(
     - The answer is for another proposal than the one in flight (the state changed
       meanwhile, e.g. a LeaderAndIsr already committed it): STALE_RESPONSE, unchanged.
     - Success for our leader epoch and a partition epoch not older than ours:
-      `CommittedIsr(result.isr)` at `result.partition_epoch` (COMMITTED). The caller then
-      recomputes the HW: a committed shrink may let it advance.
+      `CommittedIsr(result.isr)` at `result.partition_epoch` (COMMITTED), and the progress
+      of members that left is forgotten (KIP-903). The caller then recomputes the HW: a
+      committed shrink may let it advance.
     - Success for another leader epoch or an older partition epoch: AWAIT_METADATA.
     - INELIGIBLE_REPLICA: the controller says it did not apply the change and our
       partition epoch is current, so going back to the committed ISR is safe (REVERTED).
@@ -393,7 +464,7 @@ def apply_alter_partition_result(
             isr_state=CommittedIsr(isr=frozenset(result.isr)),
             partition_epoch=result.partition_epoch,
         )
-        return committed, AlterPartitionOutcome.COMMITTED
+        return forget_followers(committed, state.isr - result.isr), AlterPartitionOutcome.COMMITTED
     if code in _DEFINITELY_NOT_APPLIED:
         reverted = msgspec.structs.replace(state, isr_state=CommittedIsr(isr=state.isr))
         return reverted, AlterPartitionOutcome.REVERTED

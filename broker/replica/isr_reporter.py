@@ -22,7 +22,7 @@ from broker.replica.isr import AlterPartitionItem, AlterPartitionOutcome, AlterP
 from broker.replica.manager import ReplicaManager
 from broker.replica.partition import Partition, Role
 from broker.server.metrics import BrokerMetrics
-from minikafka.errors import ErrorCode
+from minikafka.errors import ErrorCode, code_from_wire
 from minikafka.v1 import controller_pb2
 
 logger = logging.getLogger(__name__)
@@ -34,14 +34,6 @@ class AlterPartitionSender(Protocol):
     async def alter_partition(
         self, items: list[controller_pb2.AlterPartitionItem]
     ) -> controller_pb2.AlterPartitionResponse: ...
-
-
-def _code(value: int) -> ErrorCode:
-    return (
-        ErrorCode(value)
-        if value in ErrorCode._value2member_map_
-        else ErrorCode.UNKNOWN_SERVER_ERROR
-    )
 
 
 class IsrReporter:
@@ -110,6 +102,10 @@ class IsrReporter:
                 leader_epoch=item.leader_epoch,
                 partition_epoch=item.partition_epoch,
                 new_isr=list(item.new_isr),
+                new_isr_with_epochs=[
+                    controller_pb2.IsrMember(broker_id=member, broker_epoch=epoch)
+                    for member, epoch in item.new_isr_with_epochs
+                ],
             )
             for _, item in batch
         ]
@@ -120,7 +116,7 @@ class IsrReporter:
                 "AlterPartition failed: %s %s; will resend", exc.code().name, exc.details()
             )
             return
-        request_code = _code(response.error_code)
+        request_code = code_from_wire(response.error_code)
         by_key = {(r.topic, r.partition): r for r in response.partitions}
         for partition, item in batch:
             found = by_key.get((item.topic, item.partition))
@@ -132,7 +128,7 @@ class IsrReporter:
                 )
             else:
                 result = AlterPartitionResult(
-                    error_code=_code(found.error_code),
+                    error_code=code_from_wire(found.error_code),
                     leader_epoch=found.leader_epoch,
                     isr=frozenset(found.isr),
                     partition_epoch=found.partition_epoch,

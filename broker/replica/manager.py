@@ -21,6 +21,7 @@ from broker.errors import (
 )
 from broker.log.errors import OffsetOutOfRangeError
 from broker.log.manager import LogManager
+from broker.log.quarantine import Quarantine
 from broker.replica.isr import AlterPartitionItem
 from broker.replica.partition import DuplicateBatchError, Partition, Role
 from broker.replica.transitions import LeaderAndIsrPartition, check_leader_epoch
@@ -48,6 +49,8 @@ class ProduceResult(msgspec.Struct, frozen=True, kw_only=True):
     base_offset: int = -1
     log_append_time_ms: int = -1
     log_start_offset: int = -1
+    #: With an error: answered after the batch was appended, so it may still be committed.
+    indefinite: bool = False
 
 
 class FetchItem(msgspec.Struct, frozen=True, kw_only=True):
@@ -87,6 +90,10 @@ class ListOffsetsResult(msgspec.Struct, frozen=True, kw_only=True):
     offset: int = -1
     timestamp_ms: int = -1
     leader_epoch: int = -1
+    #: The leader's log as it answered (for `topic describe --offsets`); -1 with an error.
+    log_start_offset: int = -1
+    high_watermark: int = -1
+    log_end_offset: int = -1
 
 
 def _error_fields(exc: MiniKafkaError) -> tuple[ErrorCode, str]:
@@ -109,6 +116,15 @@ class ReplicaManager:
         self._clock = clock
         self._topic_configs = topic_configs
         self.partitions: dict[tuple[str, int], Partition] = {}
+        #: Loss receipts and discarded batches of every truncation, bounded per broker.
+        self.quarantine = Quarantine(
+            logs.data_dir,
+            max_bytes=config.quarantine_max_bytes,
+            max_copy_bytes=config.quarantine_max_copy_bytes,
+        )
+        #: Brokers that may join an ISR and the broker epoch each must fetch with, shared
+        #: by every partition (see `set_isr_eligible`).
+        self._isr_eligible_epochs: dict[int, int] = {}
         #: Called with an AlterPartition proposal that a follower fetch produced (expand).
         self.on_isr_proposal: Callable[[Partition, AlterPartitionItem], None] | None = None
 
@@ -116,6 +132,22 @@ class ReplicaManager:
 
     def settings_for(self, topic: str) -> TopicSettings:
         return resolve_topic_settings(self._config, self._topic_configs(topic))
+
+    def log_end(self, topic: str, partition: int) -> tuple[int, int] | None:
+        """(leader epoch of the last batch, log end offset) of this broker's log of the
+        partition, None when it holds none (the unclean recovery survey)."""
+        log = self._logs.get(topic, partition)
+        if log is None:
+            return None
+        leo = log.log_end_offset
+        epoch = log.epoch_cache.epoch_for_offset(leo - 1) if leo > log.log_start_offset else None
+        return (-1 if epoch is None else epoch), leo
+
+    def set_isr_eligible(self, epochs: dict[int, int]) -> None:
+        """Brokers that may join an ISR now, with their current broker epochs (from the
+        metadata: live, unfenced, not in controlled shutdown)."""
+        self._isr_eligible_epochs.clear()
+        self._isr_eligible_epochs.update(epochs)
 
     def get_or_create_partition(self, topic: str, partition: int) -> Partition:
         key = (topic, partition)
@@ -132,6 +164,8 @@ class ReplicaManager:
             settings=settings,
             clock=self._clock,
             replica_lag_time_max_ms=self._config.replica_lag_time_max_ms,
+            quarantine=self.quarantine,
+            isr_eligible_epochs=self._isr_eligible_epochs,
             unsafe_hw_is_leo=self._config.unsafe_test_hw_is_leo,
         )
         self.partitions[key] = created
@@ -141,7 +175,13 @@ class ReplicaManager:
         """Apply one partition state from the controller (creating the replica if new)."""
         if self._config.broker_id not in update.replicas:
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-        partition = self.get_or_create_partition(update.topic, update.partition)
+        try:
+            partition = self.get_or_create_partition(update.topic, update.partition)
+        except (MiniKafkaError, OSError) as exc:
+            # The log cannot be opened (corrupt directory, file limit): this replica is
+            # offline; the controller moves leadership and ISR away (issue 23).
+            logger.error("%s-%s: replica offline: %s", update.topic, update.partition, exc)
+            return ErrorCode.KAFKA_STORAGE_ERROR
         return partition.apply_update(update)
 
     def stop_replica(
@@ -175,6 +215,9 @@ class ReplicaManager:
         if found is not None:
             found.stop()
         if delete:
+            log = self._logs.get(topic, partition)
+            if log is not None:
+                self.quarantine.forget(log.directory)
             self._logs.delete(topic, partition)
 
     def get_partition(self, topic: str, partition: int) -> Partition:
@@ -214,7 +257,8 @@ class ReplicaManager:
             ]
         now_ms = self._clock.wall_ms()
         results: list[ProduceResult] = []
-        waits: list[tuple[int, Partition, int]] = []
+        # (result index, partition, offset the HW must reach, leader epoch of the append)
+        waits: list[tuple[int, Partition, int, int]] = []
         for item in items:
             try:
                 partition = self.get_partition(item.topic, item.partition)
@@ -227,7 +271,14 @@ class ReplicaManager:
             except DuplicateBatchError as exc:
                 # Already written: answer with the original offsets once committed.
                 if acks == -1:
-                    waits.append((len(results), partition, exc.original.last_offset + 1))
+                    waits.append(
+                        (
+                            len(results),
+                            partition,
+                            exc.original.last_offset + 1,
+                            partition.leader_epoch,
+                        )
+                    )
                 results.append(
                     ProduceResult(
                         topic=item.topic,
@@ -251,7 +302,9 @@ class ReplicaManager:
                 )
                 continue
             if acks == -1:
-                waits.append((len(results), partition, info.last_offset + 1))
+                waits.append(
+                    (len(results), partition, info.last_offset + 1, partition.leader_epoch)
+                )
             results.append(
                 ProduceResult(
                     topic=item.topic,
@@ -263,14 +316,22 @@ class ReplicaManager:
             )
         if waits:
             outcomes = await asyncio.gather(
-                *(partition.wait_for_high_watermark(end, timeout_ms) for _, partition, end in waits)
+                *(
+                    partition.wait_for_high_watermark(
+                        end, timeout_ms, appended_leader_epoch=leader_epoch
+                    )
+                    for _, partition, end, leader_epoch in waits
+                )
             )
-            for (index, _, _), code in zip(waits, outcomes, strict=True):
+            for (index, _, _, _), code in zip(waits, outcomes, strict=True):
                 if code is not ErrorCode.NONE:
+                    # Answered after the append: the batch may still be committed by this
+                    # or a later leader, so the outcome is indefinite, whatever the code.
                     results[index] = msgspec.structs.replace(
                         results[index],
                         error_code=code,
                         error_message=_wait_error_message(code, timeout_ms),
+                        indefinite=True,
                     )
         return results
 
@@ -284,8 +345,10 @@ class ReplicaManager:
         min_bytes: int,
         max_bytes: int,
         replica_id: int | None,
+        replica_epoch: int = -1,
     ) -> list[FetchResult]:
-        """Serve a consumer fetch (`replica_id` None, bounded by the HW) or a follower fetch.
+        """Serve a consumer fetch (`replica_id` None, bounded by the HW) or a follower fetch
+        from incarnation `replica_epoch` of broker `replica_id` (validated by the caller).
 
         Long-polls: if fewer than `min_bytes` are available it waits for any of the
         partitions to change, up to `max_wait_ms`. Never polls on a timer.
@@ -293,7 +356,7 @@ class ReplicaManager:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(0, max_wait_ms) / 1000
         if replica_id is not None:
-            self._record_follower_fetches(items, replica_id)
+            self._record_follower_fetches(items, replica_id, replica_epoch)
         while True:
             results, total_bytes, watched = self._read_all(
                 items, max_bytes=max_bytes, replica_id=replica_id
@@ -313,16 +376,20 @@ class ReplicaManager:
             if not done:
                 return results
 
-    def _record_follower_fetches(self, items: Sequence[FetchItem], replica_id: int) -> None:
+    def _record_follower_fetches(
+        self, items: Sequence[FetchItem], replica_id: int, replica_epoch: int
+    ) -> None:
         for item in items:
             partition = self.partitions.get((item.topic, item.partition))
             if partition is None or partition.role is not Role.LEADER:
                 continue
-            if item.current_leader_epoch not in (-1, partition.leader_epoch):
-                continue  # fenced below; says nothing about the current epoch
+            if item.current_leader_epoch != partition.leader_epoch:
+                continue  # refused below; says nothing about the current epoch
             if _diverges(partition, item):
                 continue  # the follower has not truncated yet (Kafka skips it too)
-            proposal = partition.record_follower_fetch(replica_id, item.fetch_offset)
+            proposal = partition.record_follower_fetch(
+                replica_id, item.fetch_offset, broker_epoch=replica_epoch
+            )
             if proposal is not None and self.on_isr_proposal is not None:
                 self.on_isr_proposal(partition, proposal)
 
@@ -340,6 +407,12 @@ class ReplicaManager:
                 if replica_id is not None and replica_id not in partition.replicas:
                     raise NotLeaderOrFollowerError(
                         f"broker {replica_id} is not a replica of {item.topic}-{item.partition}"
+                    )
+                if replica_id is not None and item.current_leader_epoch < 0:
+                    raise MiniKafkaError(
+                        "a replica fetch must carry the follower's current leader epoch "
+                        f"for {item.topic}-{item.partition}",
+                        code=ErrorCode.INVALID_REQUEST,
                     )
                 read = partition.read(
                     item.fetch_offset,
@@ -396,6 +469,8 @@ class ReplicaManager:
                 if fenced is not None:
                     raise MiniKafkaError(f"leader epoch is {partition.leader_epoch}", code=fenced)
                 log = partition.log
+                if item.timestamp_ms != EARLIEST_TIMESTAMP:
+                    partition.check_latest_offset_available()
                 if item.timestamp_ms == EARLIEST_TIMESTAMP:
                     offset, timestamp = log.log_start_offset, -1
                 elif item.timestamp_ms == LATEST_TIMESTAMP:
@@ -437,19 +512,23 @@ class ReplicaManager:
                     offset=offset,
                     timestamp_ms=timestamp,
                     leader_epoch=partition.leader_epoch,
+                    log_start_offset=log.log_start_offset,
+                    high_watermark=log.high_watermark,
+                    log_end_offset=log.log_end_offset,
                 )
             )
         return results
 
 
 def _wait_error_message(code: ErrorCode, timeout_ms: int) -> str:
+    maybe = "the batch was appended and may or may not be committed (indefinite)"
     if code is ErrorCode.REQUEST_TIMED_OUT:
-        return f"the high watermark did not reach the batch within {timeout_ms} ms"
+        return f"the high watermark did not reach the batch within {timeout_ms} ms: {maybe}"
     if code is ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND:
-        return "the ISR fell below min.insync.replicas after the append; the batch may be lost"
+        return f"the ISR fell below min.insync.replicas after the append: {maybe}"
     if code is ErrorCode.NOT_LEADER_OR_FOLLOWER:
-        return "leadership moved while waiting for replication; the batch may be lost"
-    return code.name
+        return f"leadership moved while waiting for replication: {maybe}"
+    return f"{code.name}: {maybe}"
 
 
 def _diverges(partition: Partition, item: FetchItem) -> bool:

@@ -16,12 +16,17 @@ Roles (driven by LeaderAndIsr from the controller, or by the standalone topic st
 
 Waiting is event-driven: every change of LEO, HW, ISR or role resolves the current
 `changed()` future, so long-poll fetches and acks=all produces wake up without polling.
+
+Every truncation of a non-empty suffix (divergence, out-of-range reset) first makes a
+loss receipt durable, with the discarded batches when they fit the broker's bound
+(`broker/log/quarantine.py`); if it cannot be written, the log is not truncated.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
 
 import msgspec
 
@@ -29,12 +34,21 @@ from broker.clock import Clock
 from broker.errors import BrokerError, NotEnoughReplicasError
 from broker.log import producer_snapshots
 from broker.log.errors import LogStorageError, OffsetOutOfRangeError
+from broker.log.loss_receipt import (
+    LossReceipt,
+    TruncationCause,
+    divergence_cause,
+    leader_log_end_cause,
+    leader_log_start_cause,
+)
 from broker.log.partition_log import AppendInfo, PartitionLog
+from broker.log.quarantine import Quarantine
 from broker.replica.high_watermark import (
     ProduceOutcome,
     advance_high_watermark,
     can_append_with_acks_all,
     follower_high_watermark,
+    latest_offset_available,
     produce_outcome,
 )
 from broker.replica.isr import (
@@ -142,6 +156,8 @@ class Partition:
         settings: TopicSettings,
         clock: Clock,
         replica_lag_time_max_ms: int,
+        quarantine: Quarantine,
+        isr_eligible_epochs: Mapping[int, int] | None = None,
         unsafe_hw_is_leo: bool = False,
     ) -> None:
         self.topic = topic
@@ -153,8 +169,12 @@ class Partition:
         self._clock = clock
         self._lag_ms = replica_lag_time_max_ms
         self.state: ReplicaState = OfflineState(topic=topic, partition=partition)
-        #: Brokers the metadata shows fenced or shutting down: they may not join the ISR.
-        self.ineligible: frozenset[int] = frozenset()
+        #: Brokers that may join an ISR, with the broker epoch they must fetch with
+        #: (live, unfenced, not shutting down: `MetadataCache.isr_eligible_epochs`). The
+        #: replica manager owns the mapping and keeps it current; read only here.
+        self.isr_eligible_epochs: Mapping[int, int] = (
+            {} if isr_eligible_epochs is None else isr_eligible_epochs
+        )
         self.last_alter_sent_ms = 0
         self._changed: asyncio.Future[None] | None = None
         self._log_prefix = f"[Partition {topic}-{partition} broker={local_broker_id}] "
@@ -165,6 +185,8 @@ class Partition:
         self._snapshot_offset = -1
         self._snapshot_segment_base = log.active_segment_base
         self.rebuild_producer_state()
+        #: Loss receipts and discarded batches of this partition's truncations.
+        self.quarantine = quarantine.for_log(log)
 
     # ---- idempotent producers ----------------------------------------------------
 
@@ -343,6 +365,10 @@ class Partition:
                 )
                 self._advance_high_watermark()
             case BecomeFollower():
+                # An epoch this broker led without appending to it starts at the LEO:
+                # drop it, so the last fetched epoch we report is that of our last batch
+                # and the new leader's older-epoch batches after it are not refused.
+                self.log.epoch_cache.truncate_from_end(self.log.log_end_offset)
                 self.state = new_follower_state(update)
                 state_change_logger.info(
                     "%sbecame follower of %s at epoch %s (leo %s, hw %s)",
@@ -433,30 +459,51 @@ class Partition:
         self._signal()
         return info
 
-    def produce_outcome(self, required_offset: int) -> ErrorCode | None:
-        """For a parked acks=all produce: NONE when done, an error when it can never
-        complete here, None to keep waiting."""
+    def check_latest_offset_available(self) -> None:
+        """Raise OFFSET_NOT_AVAILABLE while this new leader's HW is below the start of its
+        epoch (KIP-207: the latest offset must never go back across a leader change)."""
         state = self.state
-        if not isinstance(state, LeaderState):
-            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        if isinstance(state, LeaderState) and not latest_offset_available(
+            high_watermark=self.log.high_watermark,
+            leader_epoch_start_offset=state.leader_epoch_start_offset,
+        ):
+            raise BrokerError(
+                f"{self.topic}-{self.partition}: the new leader's high watermark "
+                f"{self.log.high_watermark} is below the start of its leader epoch "
+                f"{state.leader_epoch} ({state.leader_epoch_start_offset}); retry",
+                code=ErrorCode.OFFSET_NOT_AVAILABLE,
+            )
+
+    def produce_outcome(self, required_offset: int, appended_leader_epoch: int) -> ErrorCode | None:
+        """For a parked acks=all produce appended in `appended_leader_epoch`: NONE when
+        done, an error when it can never complete here, None to keep waiting."""
+        state = self.state
+        leader = state if isinstance(state, LeaderState) else None
         outcome = produce_outcome(
             required_offset=required_offset,
             high_watermark=self.log.high_watermark,
-            isr_size=len(state.isr),
-            min_isr=state.min_insync_replicas,
+            isr_size=len(leader.isr) if leader is not None else 0,
+            min_isr=leader.min_insync_replicas if leader is not None else 1,
+            appended_leader_epoch=appended_leader_epoch,
+            leader_epoch=leader.leader_epoch if leader is not None else None,
         )
         if outcome is ProduceOutcome.COMPLETE:
             return ErrorCode.NONE
         if outcome is ProduceOutcome.NOT_ENOUGH_REPLICAS_AFTER_APPEND:
             return ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+        if outcome is ProduceOutcome.LEADERSHIP_CHANGED:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
         return None
 
-    async def wait_for_high_watermark(self, required_offset: int, timeout_ms: int) -> ErrorCode:
-        """Park an acks=all produce until the HW covers `required_offset` (purgatory)."""
+    async def wait_for_high_watermark(
+        self, required_offset: int, timeout_ms: int, *, appended_leader_epoch: int
+    ) -> ErrorCode:
+        """Park an acks=all produce appended in `appended_leader_epoch` until the HW covers
+        `required_offset` (purgatory)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_ms / 1000
         while True:
-            outcome = self.produce_outcome(required_offset)
+            outcome = self.produce_outcome(required_offset, appended_leader_epoch)
             if outcome is not None:
                 return outcome
             remaining = deadline - loop.time()
@@ -481,17 +528,18 @@ class Partition:
             leader_leo=self.log.log_end_offset,
             now_ms=self._clock.monotonic_ms(),
             replica_lag_time_max_ms=self._lag_ms,
-            ineligible=self.ineligible,
+            eligible_epochs=self.isr_eligible_epochs,
         )
         self.state = advanced
         if advanced.high_watermark > self.log.high_watermark:
             self.log.update_high_watermark(advanced.high_watermark)
 
     def record_follower_fetch(
-        self, replica_id: int, fetch_offset: int
+        self, replica_id: int, fetch_offset: int, *, broker_epoch: int
     ) -> AlterPartitionItem | None:
-        """A validated follower fetch at `fetch_offset` (its LEO). Returns an ISR expand
-        proposal to send to the controller, if this fetch made the follower eligible."""
+        """A validated follower fetch at `fetch_offset` (its LEO) from incarnation
+        `broker_epoch` of broker `replica_id`. Returns an ISR expand proposal to send to
+        the controller, if this fetch made that follower eligible."""
         state = self.state
         if not isinstance(state, LeaderState):
             return None
@@ -502,6 +550,7 @@ class Partition:
                 fetch_offset=fetch_offset,
                 leader_leo=self.log.log_end_offset,
                 now_ms=self._clock.monotonic_ms(),
+                broker_epoch=broker_epoch,
             )
         except NotAFollowerError:
             return None
@@ -510,13 +559,15 @@ class Partition:
         self._advance_high_watermark()
         if self.log.high_watermark != before:
             self._signal()
-        return self._maybe_expand()
+        return self._maybe_expand(replica_id)
 
-    def _maybe_expand(self) -> AlterPartitionItem | None:
+    def _maybe_expand(self, fetched_by: int) -> AlterPartitionItem | None:
         state = self.state
         if not isinstance(state, LeaderState):
             return None
-        joining = replica_to_expand(state, ineligible=self.ineligible)
+        joining = replica_to_expand(
+            state, broker_id=fetched_by, eligible_epochs=self.isr_eligible_epochs
+        )
         if joining is None:
             return None
         self.state, item = propose_isr_change(state, ExpandIsr(adding=joining))
@@ -591,9 +642,9 @@ class Partition:
             log_end_offset=self.log.log_end_offset,
             diverging=EpochEndOffset(epoch=epoch, end_offset=end_offset),
         )
-        self._truncate(point.offset, reason=f"diverging epoch {epoch} ends at {end_offset}")
+        self._truncate(point.offset, cause=divergence_cause(epoch, end_offset, self.leader_id))
 
-    def _truncate(self, offset: int, *, reason: str) -> None:
+    def _truncate(self, offset: int, *, cause: TruncationCause) -> None:
         if offset >= self.log.log_end_offset:
             # Still drop epoch entries at or past the LEO: a short-lived leader may have
             # assigned an epoch it never appended to (Kafka UnifiedLog.truncateTo).
@@ -607,11 +658,27 @@ class Partition:
             self.log.log_end_offset,
             offset,
             self.log.high_watermark,
-            reason,
+            cause.detail,
         )
+        receipt = self._receipt_before_truncation(offset, cause)
         self.log.truncate_to(offset)
+        self.quarantine.after_truncation(receipt)
         self.rebuild_producer_state()
         self._signal()
+
+    def _receipt_before_truncation(self, offset: int, cause: TruncationCause) -> LossReceipt | None:
+        """Make the receipt of truncating to `offset` (emptying the log, at or below its
+        start) durable; raises `LogStorageError` if it cannot be (do not truncate)."""
+        state = self.state
+        return self.quarantine.before_truncation(
+            self.log,
+            offset=offset,
+            cause=cause,
+            broker_id=self.local_broker_id,
+            leader_id=state.leader_id,
+            leader_epoch=state.leader_epoch,
+            now_ms=self._clock.wall_ms(),
+        )
 
     def append_as_follower(
         self,
@@ -658,13 +725,20 @@ class Partition:
                 reset.start_at,
                 self.log.log_end_offset,
             )
+            receipt = self._receipt_before_truncation(
+                self.log.log_start_offset,
+                leader_log_start_cause(reset.start_at, self.log.log_end_offset, self.leader_id),
+            )
             self.log.truncate_fully_and_start_at(reset.start_at)
+            self.quarantine.after_truncation(receipt)
             producer_snapshots.delete_above(self.log.directory, -1)
             self.producers = {}
             self._snapshot_offset = -1
             self._signal()
         elif reset.truncate_to is not None:
-            self._truncate(reset.truncate_to, reason="leader's log ends before ours")
+            self._truncate(
+                reset.truncate_to, cause=leader_log_end_cause(reset.truncate_to, self.leader_id)
+            )
 
     # ---- reads -----------------------------------------------------------------
 
@@ -689,7 +763,21 @@ class Partition:
         log = self.log
         hw = log.high_watermark
         if isinstance(self.state, LeaderState) or not replica_fetch:
-            diverging = self.diverging_epoch(offset, last_fetched_epoch)
+            try:
+                diverging = self.diverging_epoch(offset, last_fetched_epoch)
+            except OffsetOutOfRangeError:
+                if replica_fetch or offset < log.log_start_offset:
+                    raise
+                # A consumer's last fetched epoch this log does not know (bogus, or a
+                # follower not yet in it): retriable, never OFFSET_OUT_OF_RANGE, which
+                # would make the consumer reset its position (issue 23).
+                latest = log.epoch_cache.latest_epoch()
+                raise BrokerError(
+                    f"last fetched epoch {last_fetched_epoch} is not in the log of "
+                    f"{self.topic}-{self.partition} on broker {self.local_broker_id} "
+                    f"(latest epoch {latest}); refresh metadata and retry",
+                    code=ErrorCode.UNKNOWN_LEADER_EPOCH,
+                ) from None
             if diverging is not None:
                 return self._empty_read(hw, diverging=(diverging.epoch, diverging.end_offset))
         if not replica_fetch and hw <= offset <= log.log_end_offset:

@@ -58,6 +58,9 @@ class PendingExpandIsr(msgspec.Struct, frozen=True, kw_only=True, tag="pending_e
 
     isr: frozenset[int]
     adding: int
+    #: The broker epoch `adding` fetched with when it was found in sync (KIP-903): the
+    #: controller refuses the expand unless it is the broker's current registration.
+    adding_broker_epoch: int
     sent_partition_epoch: int  # the partition epoch our AlterPartition proposal was based on
 
     @property
@@ -104,6 +107,10 @@ class FollowerProgress(msgspec.Struct, frozen=True, kw_only=True):
     `log_end_offset` is the follower's last fetch offset (its LEO), `UNKNOWN` until it
     fetches from this leader. `last_fetch_leader_leo` is the leader's LEO when that
     fetch arrived; it drives the caught-up rule of `isr.update_follower_progress`.
+    `broker_epoch` is the broker epoch (incarnation) those fetches came from (KIP-903):
+    progress of one incarnation says nothing about the next, which may have restarted
+    with a shorter log, so it is forgotten when the epoch changes, and a follower may
+    join the ISR only on progress of the incarnation the metadata shows as current.
     """
 
     broker_id: int
@@ -111,6 +118,7 @@ class FollowerProgress(msgspec.Struct, frozen=True, kw_only=True):
     last_caught_up_time_ms: int = 0
     last_fetch_time_ms: int = 0
     last_fetch_leader_leo: int = UNKNOWN
+    broker_epoch: int = UNKNOWN
 
 
 class LeaderState(msgspec.Struct, frozen=True, kw_only=True):

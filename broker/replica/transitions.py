@@ -30,7 +30,7 @@ import enum
 
 import msgspec
 
-from broker.replica.isr import reset_follower_progress
+from broker.replica.isr import forget_follower_progress, reset_follower_progress
 from broker.replica.state import (
     UNKNOWN,
     CommittedIsr,
@@ -179,8 +179,9 @@ def apply_leader_isr_update(state: LeaderState, update: LeaderAndIsrPartition) -
     """The leader's state after `UpdateIsr`: the controller's ISR and assignment win.
 
     Any change in flight is replaced by the committed state (Kafka does the same: the
-    controller's word is newer than our proposal). Followers keep their progress; newly
-    assigned ones start unknown, unassigned ones are dropped. The caller recomputes the HW.
+    controller's word is newer than our proposal). Followers keep their progress, except
+    those that left the ISR (forgotten, KIP-903); newly assigned ones start unknown,
+    unassigned ones are dropped. The caller recomputes the HW.
     Raises `ValueError` if `update` is for another leader or leader epoch.
     """
     if update.leader != state.leader_id or update.leader_epoch != state.leader_epoch:
@@ -188,11 +189,15 @@ def apply_leader_isr_update(state: LeaderState, update: LeaderAndIsrPartition) -
             f"ISR update for leader {update.leader} epoch {update.leader_epoch} applied to "
             f"leader {state.leader_id} epoch {state.leader_epoch}"
         )
-    followers = tuple(
-        state.follower(broker_id) or FollowerProgress(broker_id=broker_id)
-        for broker_id in update.replicas
-        if broker_id != state.leader_id
-    )
+    left_isr = state.isr - update.isr
+
+    def kept(broker_id: int) -> FollowerProgress:
+        known = state.follower(broker_id)
+        if known is None:
+            return FollowerProgress(broker_id=broker_id)
+        return forget_follower_progress(known) if broker_id in left_isr else known
+
+    followers = tuple(kept(b) for b in update.replicas if b != state.leader_id)
     return msgspec.structs.replace(
         state,
         partition_epoch=update.partition_epoch,
@@ -240,6 +245,37 @@ def check_controller_epoch(requested: int, current: int) -> ErrorCode | None:
     return ErrorCode.STALE_CONTROLLER_EPOCH if requested < current else None
 
 
+def check_control_request(
+    *,
+    controller_epoch: int,
+    broker_epoch: int,
+    current_broker_epoch: int,
+    seen_controller_epoch: int,
+    session_controller_epoch: int,
+) -> ErrorCode | None:
+    """Whether a LeaderAndIsr / StopReplica / UpdateMetadata may be applied (None) or why not.
+
+    - Until this broker has registered (`current_broker_epoch` -1) nothing is applied:
+      a request may be addressed to the previous incarnation of this broker id (a restart
+      within the session timeout), whose log this process may not have (STALE_BROKER_EPOCH).
+    - The request must name this incarnation exactly (never -1): STALE_BROKER_EPOCH.
+    - Older than the newest controller epoch applied: STALE_CONTROLLER_EPOCH.
+    - Newer than any epoch this broker's controller session has announced (register and
+      heartbeat replies carry it): NOT_CONTROLLER, since no controller this broker talks
+      to has that epoch; the sender retries, and the real controller's next heartbeat reply
+      announces a new epoch. (A made-up high epoch would otherwise fence the real
+      controller out for good.)
+    """
+    if current_broker_epoch < 0 or broker_epoch != current_broker_epoch:
+        return ErrorCode.STALE_BROKER_EPOCH
+    stale = check_controller_epoch(controller_epoch, seen_controller_epoch)
+    if stale is not None:
+        return stale
+    if controller_epoch > session_controller_epoch:
+        return ErrorCode.NOT_CONTROLLER
+    return None
+
+
 def check_leader_epoch(requested: int, current: int) -> ErrorCode | None:
     """Produce / fetch leader-epoch fencing (KIP-320, KIP-359).
 
@@ -269,3 +305,15 @@ def check_partition_access(
     if require_leader and not isinstance(state, LeaderState):
         return ErrorCode.NOT_LEADER_OR_FOLLOWER
     return None
+
+
+def check_replica_fetch_epoch(requested: int, known: int | None) -> bool:
+    """Whether a replica fetch from broker epoch `requested` may be served, given the
+    epoch the metadata shows for that broker (`known`, None or <= 0 when it shows none).
+
+    A follower that has not registered (-1) never fetches; an older incarnation than
+    the metadata's is a zombie (KIP-903). A newer one is served: the metadata is behind.
+    """
+    if requested < 0:
+        return False
+    return known is None or known <= 0 or requested >= known

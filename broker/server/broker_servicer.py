@@ -2,15 +2,21 @@
 
 No leadership, epoch or acks logic lives here; request-level problems (a malformed
 request) become gRPC INVALID_ARGUMENT, everything else is a per-partition error code.
+
+Fetch responses always fit the gRPC message limit: the records budget leaves room for
+the response's own framing (`fetch_records_room`), and `_fetch_response` drops the records
+of the last partitions if a first batch (always returned, as in Kafka) would still not
+fit. Client fetches also take their size from the broker's `ResponseBudget` until sent.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from typing import Protocol
+from typing import Final, Protocol
 
 import grpc
+import msgspec
 
 from broker.metadata_cache import MetadataCache
 from broker.replica.manager import (
@@ -21,12 +27,15 @@ from broker.replica.manager import (
     ReplicaManager,
 )
 from broker.server.metrics import BrokerMetrics
+from broker.server.response_budget import ResponseBudget
 from minikafka.errors import ErrorCode
+from minikafka.limits import GRPC_MESSAGE_BYTES_MAX
 from minikafka.v1 import (
     broker_pb2,
     broker_pb2_grpc,
     common_pb2,
     controller_pb2,
+    raft_pb2,
 )
 
 logger = logging.getLogger(__name__)
@@ -34,6 +43,20 @@ logger = logging.getLogger(__name__)
 #: Upper bounds that keep one request from pinning the broker.
 MAX_WAIT_MS_MAX = 60_000
 REQUEST_TIMEOUT_MS_MAX = 300_000
+#: Partitions one fetch may ask for (each costs response framing).
+FETCH_PARTITIONS_MAX: Final = 10_000
+#: Error messages in responses are cut to this many characters (bounded framing).
+ERROR_MESSAGE_CHARS_MAX: Final = 1000
+#: Upper bound of one partition's framing in a FetchResponse, besides its topic name and
+#: records: field tags and lengths, six varints, the error message, the diverging epoch.
+_FETCH_PARTITION_FRAMING_BYTES: Final = 128 + 3 * ERROR_MESSAGE_CHARS_MAX
+
+
+def fetch_records_room(topics: list[str], message_limit_bytes: int) -> int:
+    """Bytes of records a fetch response for these partitions (one topic name each) can
+    carry and still fit in `message_limit_bytes` with all its framing."""
+    framing = sum(len(topic.encode()) + _FETCH_PARTITION_FRAMING_BYTES for topic in topics)
+    return max(0, message_limit_bytes - framing - 64)
 
 
 class AdminBackend(Protocol):
@@ -57,16 +80,40 @@ class AdminBackend(Protocol):
     async def init_producer_id(
         self, request: controller_pb2.InitProducerIdRequest
     ) -> controller_pb2.InitProducerIdResponse: ...
+    async def create_partitions(
+        self, request: controller_pb2.CreatePartitionsRequest
+    ) -> controller_pb2.CreatePartitionsResponse: ...
+    async def describe_partition_history(
+        self, request: controller_pb2.DescribePartitionHistoryRequest
+    ) -> controller_pb2.DescribePartitionHistoryResponse: ...
+    async def describe_quorum(
+        self, request: raft_pb2.DescribeQuorumRequest
+    ) -> raft_pb2.DescribeQuorumResponse: ...
 
 
-def _fetch_response(results: list[FetchResult]) -> broker_pb2.FetchResponse:
+def _fetch_response(
+    results: list[FetchResult], *, message_limit_bytes: int = GRPC_MESSAGE_BYTES_MAX
+) -> broker_pb2.FetchResponse:
+    """The wire response, never larger than `message_limit_bytes` (records of the last
+    partitions are left out if needed; their fetchers simply ask again)."""
+    response = _fetch_response_message(results)
+    if response.ByteSize() > message_limit_bytes:
+        for entry in reversed(response.partitions):
+            if entry.records:
+                entry.records = b""
+                if response.ByteSize() <= message_limit_bytes:
+                    break
+    return response
+
+
+def _fetch_response_message(results: list[FetchResult]) -> broker_pb2.FetchResponse:
     response = broker_pb2.FetchResponse()
     for result in results:
         entry = response.partitions.add(
             topic=result.topic,
             partition=result.partition,
             error_code=int(result.error_code),
-            error_message=result.error_message,
+            error_message=result.error_message[:ERROR_MESSAGE_CHARS_MAX],
             high_watermark=result.high_watermark,
             log_start_offset=result.log_start_offset,
             log_end_offset=result.log_end_offset,
@@ -109,6 +156,11 @@ def _check_fetch_bounds(
         return f"min_bytes must be >= 0, got {min_bytes}"
     if max_bytes < 0:
         return f"max_bytes must be >= 0, got {max_bytes}"
+    if len(partitions) > FETCH_PARTITIONS_MAX:
+        return (
+            f"a fetch may ask for at most {FETCH_PARTITIONS_MAX} partitions (limit "
+            f"fetch.partitions.max), got {len(partitions)}"
+        )
     for p in partitions:
         if p.partition_max_bytes < 0:
             return f"partition_max_bytes must be >= 0, got {p.partition_max_bytes}"
@@ -130,10 +182,16 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         fetch_max_bytes: int,
         message_max_bytes: int,
         external: bool = False,
+        response_budget: ResponseBudget | None = None,
+        message_limit_bytes: int = GRPC_MESSAGE_BYTES_MAX,
     ) -> None:
         self._replicas = replicas
         self._metadata = metadata
         self._external = external
+        self._budget = response_budget or ResponseBudget(
+            total_bytes=256 * 1024 * 1024, per_connection_bytes=128 * 1024 * 1024
+        )
+        self._message_limit_bytes = message_limit_bytes
         self._admin = admin
         self._metrics = metrics
         self._fetch_max_bytes = fetch_max_bytes
@@ -163,7 +221,9 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
             acks=request.acks, timeout_ms=request.timeout_ms or 30_000, items=items
         )
         response = broker_pb2.ProduceResponse()
-        for result in results:
+        for item, result in zip(items, results, strict=True):
+            if result.error_code is ErrorCode.NONE or result.indefinite:  # appended
+                self._metrics.observe_produced(item.topic, item.records)
             response.partitions.add(
                 topic=result.topic,
                 partition=result.partition,
@@ -172,6 +232,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
                 base_offset=result.base_offset,
                 log_append_time_ms=result.log_append_time_ms,
                 log_start_offset=result.log_start_offset,
+                indefinite=result.indefinite,
             )
             self._metrics.produce_requests.labels(error=result.error_code.name).inc()
         self._metrics.produce_latency.observe(time.perf_counter() - started)
@@ -188,17 +249,52 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         )
         if problem is not None:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
-        max_bytes = min(request.max_bytes or self._fetch_max_bytes, self._fetch_max_bytes)
+        partitions = list(request.partitions)
+        connection = context.peer()
+        budget = self._budget
+        room = budget.room(connection)
+        if room <= 0:
+            # Responses this client (or everyone) has not read yet fill the budget: wait
+            # for some to be sent, as long as the fetch would have waited for data.
+            room = await budget.wait_for_room(connection, request.max_wait_ms / 1000)
+        max_bytes = min(
+            request.max_bytes or self._fetch_max_bytes,
+            self._fetch_max_bytes,
+            fetch_records_room([p.topic for p in partitions], self._message_limit_bytes),
+            room,
+        )
         results = await self._replicas.fetch(
-            items=_fetch_items(list(request.partitions)),
+            items=_fetch_items(partitions),
             max_wait_ms=request.max_wait_ms,
             min_bytes=request.min_bytes,
             max_bytes=max_bytes,
             replica_id=None,
         )
+        size_bytes = sum(len(result.records) for result in results)
+        if size_bytes > budget.room(connection):
+            # No room (a first batch is returned whatever max_bytes says): answer without
+            # records; the consumer fetches again once responses have gone out.
+            results = [msgspec.structs.replace(result, records=b"") for result in results]
+            size_bytes = 0
+            self._metrics.fetch_requests.labels(kind="consumer-throttled").inc()
+        response = _fetch_response(results, message_limit_bytes=self._message_limit_bytes)
+        if size_bytes:
+            budget.take(connection, size_bytes)
+            for result in results:
+                if result.records:
+                    self._metrics.topic_bytes_out.labels(topic=result.topic).inc(
+                        len(result.records)
+                    )
+
+            def sent(
+                _: grpc.aio.ServicerContext[broker_pb2.FetchRequest, broker_pb2.FetchResponse],
+            ) -> None:
+                budget.give_back(connection, size_bytes)
+
+            context.add_done_callback(sent)  # type: ignore[arg-type]  # stub: a class, not a Protocol
         self._metrics.fetch_requests.labels(kind="consumer").inc()
         self._metrics.fetch_latency.labels(kind="consumer").observe(time.perf_counter() - started)
-        return _fetch_response(results)
+        return response
 
     async def ListOffsets(
         self,
@@ -228,6 +324,9 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
                 offset=result.offset,
                 timestamp_ms=result.timestamp_ms,
                 leader_epoch=result.leader_epoch,
+                log_start_offset=result.log_start_offset,
+                high_watermark=result.high_watermark,
+                log_end_offset=result.log_end_offset,
             )
         return response
 
@@ -266,6 +365,8 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
                     offline_replicas=[r for r in info.replicas if r not in live],
                     partition_epoch=info.partition_epoch,
                     state=info.state,
+                    elr=info.elr,
+                    last_known_elr=info.last_known_elr,
                 )
         return response
 
@@ -331,6 +432,34 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
     ) -> controller_pb2.InitProducerIdResponse:
         return await self._admin.init_producer_id(request)
 
+    async def CreatePartitions(
+        self,
+        request: controller_pb2.CreatePartitionsRequest,
+        context: grpc.aio.ServicerContext[
+            controller_pb2.CreatePartitionsRequest, controller_pb2.CreatePartitionsResponse
+        ],
+    ) -> controller_pb2.CreatePartitionsResponse:
+        return await self._admin.create_partitions(request)
+
+    async def DescribePartitionHistory(
+        self,
+        request: controller_pb2.DescribePartitionHistoryRequest,
+        context: grpc.aio.ServicerContext[
+            controller_pb2.DescribePartitionHistoryRequest,
+            controller_pb2.DescribePartitionHistoryResponse,
+        ],
+    ) -> controller_pb2.DescribePartitionHistoryResponse:
+        return await self._admin.describe_partition_history(request)
+
+    async def DescribeQuorum(
+        self,
+        request: raft_pb2.DescribeQuorumRequest,
+        context: grpc.aio.ServicerContext[
+            raft_pb2.DescribeQuorumRequest, raft_pb2.DescribeQuorumResponse
+        ],
+    ) -> raft_pb2.DescribeQuorumResponse:
+        return await self._admin.describe_quorum(request)
+
 
 class ReplicaServicer(broker_pb2_grpc.ReplicaServiceServicer):
     """Follower fetches (leader side)."""
@@ -340,12 +469,12 @@ class ReplicaServicer(broker_pb2_grpc.ReplicaServiceServicer):
         *,
         replicas: ReplicaManager,
         metrics: BrokerMetrics,
-        broker_epoch_of: BrokerEpochCheck,
+        refusal: ReplicaFetchRefusal,
         fetch_max_bytes: int,
     ) -> None:
         self._replicas = replicas
         self._metrics = metrics
-        self._broker_epoch_of = broker_epoch_of
+        self._refusal = refusal
         self._fetch_max_bytes = fetch_max_bytes
 
     async def Fetch(
@@ -360,17 +489,16 @@ class ReplicaServicer(broker_pb2_grpc.ReplicaServiceServicer):
         if problem is not None:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
         items = _fetch_items(list(request.partitions))
-        if not self._broker_epoch_of(request.replica_id, request.broker_epoch):
+        refused = self._refusal(request.replica_id, request.broker_epoch)
+        if refused is not None:
+            code, message = refused
             return _fetch_response(
                 [
                     FetchResult(
                         topic=item.topic,
                         partition=item.partition,
-                        error_code=ErrorCode.STALE_BROKER_EPOCH,
-                        error_message=(
-                            f"broker {request.replica_id} epoch {request.broker_epoch} is not "
-                            "its current registration"
-                        ),
+                        error_code=code,
+                        error_message=message,
                     )
                     for item in items
                 ]
@@ -382,14 +510,20 @@ class ReplicaServicer(broker_pb2_grpc.ReplicaServiceServicer):
             min_bytes=request.min_bytes,
             max_bytes=max_bytes,
             replica_id=request.replica_id,
+            replica_epoch=request.broker_epoch,
         )
         self._metrics.fetch_requests.labels(kind="replica").inc()
         self._metrics.fetch_latency.labels(kind="replica").observe(time.perf_counter() - started)
-        return _fetch_response(results)
+        response = _fetch_response(results)
+        self._metrics.replication_bytes_out.inc(sum(len(p.records) for p in response.partitions))
+        return response
 
 
-class BrokerEpochCheck(Protocol):
-    def __call__(self, broker_id: int, broker_epoch: int) -> bool: ...
+class ReplicaFetchRefusal(Protocol):
+    def __call__(self, broker_id: int, broker_epoch: int) -> tuple[ErrorCode, str] | None:
+        """Why a replica fetch from `broker_id` at `broker_epoch` is refused as a whole,
+        or None to serve it."""
+        ...
 
 
 def endpoint_message(broker_id: int, host: str, port: int, rack: str) -> common_pb2.BrokerEndpoint:

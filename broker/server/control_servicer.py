@@ -1,9 +1,11 @@
 """BrokerControlService servicer: LeaderAndIsr, StopReplica and UpdateMetadata from the
 controller, translated to ReplicaManager / MetadataCache calls.
 
-Requests from an older controller epoch than the newest seen are answered
-STALE_CONTROLLER_EPOCH and change nothing; requests addressed to another incarnation of
-this broker (a different broker epoch) are answered STALE_BROKER_EPOCH.
+Every request is checked first by `transitions.check_control_request` (nothing before this
+broker has registered; the exact broker epoch of this incarnation; no older controller
+epoch than applied, no newer one than the controller session announced) and answered with
+that error, changing nothing, when it fails. An UpdateMetadata older than the metadata
+already applied is acknowledged and ignored.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import grpc
 
 from broker.metadata_cache import BrokerInfo, MetadataCache, PartitionInfo
 from broker.replica.manager import ReplicaManager
-from broker.replica.transitions import LeaderAndIsrPartition, check_controller_epoch
+from broker.replica.transitions import LeaderAndIsrPartition, check_control_request
 from minikafka.errors import ErrorCode
 from minikafka.v1 import broker_pb2, broker_pb2_grpc, common_pb2
 
@@ -46,6 +48,8 @@ def _partition_info(state: broker_pb2.PartitionState) -> PartitionInfo:
         isr=tuple(state.isr),
         partition_epoch=state.partition_epoch,
         state=state.state or "ONLINE",
+        elr=tuple(state.elr),
+        last_known_elr=tuple(state.last_known_elr),
     )
 
 
@@ -58,6 +62,7 @@ def _broker_info(endpoint: common_pb2.BrokerEndpoint) -> BrokerInfo:
         external_host=endpoint.external_host,
         external_port=endpoint.external_port,
         broker_epoch=endpoint.broker_epoch,
+        in_controlled_shutdown=endpoint.in_controlled_shutdown,
     )
 
 
@@ -70,20 +75,31 @@ class ControlServicer(broker_pb2_grpc.BrokerControlServiceServicer):
         replicas: ReplicaManager,
         metadata: MetadataCache,
         broker_epoch: Callable[[], int],
+        session_controller_epoch: Callable[[], int],
         on_change: Callable[[], None],
     ) -> None:
         self._replicas = replicas
         self._metadata = metadata
         self._broker_epoch = broker_epoch
+        self._session_controller_epoch = session_controller_epoch
         self._on_change = on_change
 
     def _fence(self, controller_epoch: int, broker_epoch: int) -> ErrorCode | None:
-        stale = check_controller_epoch(controller_epoch, self._metadata.controller_epoch)
-        if stale is not None:
-            return stale
-        current = self._broker_epoch()
-        if broker_epoch >= 0 and current >= 0 and broker_epoch != current:
-            return ErrorCode.STALE_BROKER_EPOCH
+        refused = check_control_request(
+            controller_epoch=controller_epoch,
+            broker_epoch=broker_epoch,
+            current_broker_epoch=self._broker_epoch(),
+            seen_controller_epoch=self._metadata.controller_epoch,
+            session_controller_epoch=self._session_controller_epoch(),
+        )
+        if refused is not None:
+            logger.info(
+                "refusing a control request (controller epoch %s, broker epoch %s): %s",
+                controller_epoch,
+                broker_epoch,
+                refused.name,
+            )
+            return refused
         self._metadata.controller_epoch = controller_epoch
         return None
 
@@ -154,6 +170,9 @@ class ControlServicer(broker_pb2_grpc.BrokerControlServiceServicer):
         if fenced is not None:
             return broker_pb2.UpdateMetadataResponse(error_code=int(fenced))
         cache = self._metadata
+        if request.metadata_offset < cache.metadata_offset:
+            # Delivered late (reordered behind a newer one): never replaces newer metadata.
+            return broker_pb2.UpdateMetadataResponse(error_code=int(ErrorCode.NONE))
         cache.controller_id = request.controller_id
         if request.cluster_id:
             cache.cluster_id = request.cluster_id
@@ -166,3 +185,31 @@ class ControlServicer(broker_pb2_grpc.BrokerControlServiceServicer):
         cache.metadata_offset = max(cache.metadata_offset, request.metadata_offset)
         self._on_change()
         return broker_pb2.UpdateMetadataResponse(error_code=int(ErrorCode.NONE))
+
+    async def GetReplicaLogInfo(
+        self,
+        request: broker_pb2.GetReplicaLogInfoRequest,
+        context: grpc.aio.ServicerContext[
+            broker_pb2.GetReplicaLogInfoRequest, broker_pb2.GetReplicaLogInfoResponse
+        ],
+    ) -> broker_pb2.GetReplicaLogInfoResponse:
+        fenced = self._fence(request.controller_epoch, request.broker_epoch)
+        if fenced is not None:
+            return broker_pb2.GetReplicaLogInfoResponse(error_code=int(fenced))
+        response = broker_pb2.GetReplicaLogInfoResponse(error_code=int(ErrorCode.NONE))
+        for item in request.partitions:
+            end = self._replicas.log_end(item.topic, item.partition)
+            if end is None:
+                response.partitions.add(
+                    topic=item.topic,
+                    partition=item.partition,
+                    error_code=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+                )
+                continue
+            response.partitions.add(
+                topic=item.topic,
+                partition=item.partition,
+                last_epoch=end[0],
+                log_end_offset=end[1],
+            )
+        return response

@@ -1,4 +1,11 @@
-"""Prometheus metrics of one broker process (its own registry, served on --metrics-listen)."""
+"""Prometheus metrics of one broker process (its own registry, served on --metrics-listen).
+
+Every name starts with `minikafka_` (docs/metrics.md maps them to Kafka's JMX names):
+request counters and latencies, ISR shrinks and expands, bytes and records in and bytes
+out per topic (Kafka's BrokerTopicMetrics), replication bytes out, per-partition gauges
+read at scrape time (high watermark, log end, follower lag, under-replicated and
+under-min-ISR counts, led partitions) and the process metrics (`minikafka_process_*`).
+"""
 
 from __future__ import annotations
 
@@ -6,8 +13,12 @@ from collections.abc import Callable, Iterator
 
 import msgspec
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+from broker.log.quarantine import Quarantine
+from minikafka.metrics_http import add_process_metrics
+from minikafka.record_batch import iter_batches
 
 
 class PartitionRow(msgspec.Struct, frozen=True, kw_only=True):
@@ -81,6 +92,47 @@ class _PartitionCollector(Collector):
         )
 
 
+class _QuarantineCollector(Collector):
+    """Records and bytes this broker's truncations discarded (loss receipts), split by
+    whether they were below the replica's high watermark (committed, as far as it knew),
+    and the bytes of discarded batches kept in its quarantines."""
+
+    def __init__(self, quarantine: Quarantine) -> None:
+        self._quarantine = quarantine
+
+    def collect(self) -> Iterator[Metric]:
+        totals = self._quarantine.totals
+        label = ["below_high_watermark"]
+        records = CounterMetricFamily(
+            "minikafka_discarded_records",
+            "Records removed by log truncations (each has a loss receipt)",
+            labels=label,
+        )
+        records.add_metric(["true"], totals.records_below_high_watermark)
+        records.add_metric(["false"], totals.records_above_high_watermark)
+        discarded_bytes = CounterMetricFamily(
+            "minikafka_discarded_bytes",
+            "Bytes of batches removed by log truncations (a batch holding a record below "
+            "the high watermark counts as below)",
+            labels=label,
+        )
+        discarded_bytes.add_metric(["true"], totals.bytes_below_high_watermark)
+        discarded_bytes.add_metric(["false"], totals.bytes_above_high_watermark)
+        yield records
+        yield discarded_bytes
+        yield CounterMetricFamily(
+            "minikafka_loss_receipts",
+            "Truncations of a non-empty log suffix (each has a loss receipt)",
+            value=totals.receipts,
+        )
+        yield GaugeMetricFamily(
+            "minikafka_quarantine_kept_bytes",
+            "Bytes of discarded batches kept in this broker's quarantines "
+            "(bounded by --quarantine-max-bytes)",
+            value=self._quarantine.kept_bytes,
+        )
+
+
 class BrokerMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
@@ -108,6 +160,41 @@ class BrokerMetrics:
         self.isr_expands = Counter(
             "minikafka_isr_expands", "ISR expands committed", registry=self.registry
         )
+        self.topic_bytes_in = Counter(
+            "minikafka_topic_bytes_in",
+            "Bytes of record batches appended by this broker as leader, per topic",
+            ["topic"],
+            registry=self.registry,
+        )
+        self.topic_messages_in = Counter(
+            "minikafka_topic_messages_in",
+            "Records appended by this broker as leader, per topic",
+            ["topic"],
+            registry=self.registry,
+        )
+        self.topic_bytes_out = Counter(
+            "minikafka_topic_bytes_out",
+            "Bytes of record batches sent to consumers, per topic",
+            ["topic"],
+            registry=self.registry,
+        )
+        self.replication_bytes_out = Counter(
+            "minikafka_replication_bytes_out",
+            "Bytes of record batches sent to followers",
+            registry=self.registry,
+        )
+        add_process_metrics(self.registry, role="broker")
+
+    def observe_produced(self, topic: str, records: bytes) -> None:
+        """A produce of `records` (whole batches) to `topic` was appended."""
+        count = 0
+        for _, header in iter_batches(records, verify_crc=False):
+            count += header.record_count
+        self.topic_bytes_in.labels(topic=topic).inc(len(records))
+        self.topic_messages_in.labels(topic=topic).inc(count)
 
     def watch_partitions(self, source: PartitionGaugeSource) -> None:
         self.registry.register(_PartitionCollector(source))
+
+    def watch_quarantine(self, quarantine: Quarantine) -> None:
+        self.registry.register(_QuarantineCollector(quarantine))

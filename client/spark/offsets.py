@@ -1,6 +1,6 @@
 """Pure offset planning for the Spark source: canonical offset JSON, starting/ending
-offset specs, `maxOffsetsPerTrigger` proration, never-backwards latest offsets and the
-split of offset ranges into Spark input partitions.
+offset specs, `maxOffsetsPerTrigger` proration, the split of offset ranges into Spark
+input partitions.
 
 Nothing here does I/O or imports pyspark. Offsets travel through Spark as JSON dicts
 shaped like Spark's Kafka source, `{"topic": {"0": 42, "1": 7}}`; Spark compares them
@@ -207,24 +207,6 @@ def resolve_spec(
 
 
 # ---- latest offsets ------------------------------------------------------------------
-
-
-def never_backwards(floor: Mapping[TP, int], fetched: Mapping[TP, int]) -> tuple[Offsets, list[TP]]:
-    """Merge freshly fetched high watermarks with the offsets already reported.
-
-    Returns `(latest, behind)`: `latest` has every partition of both maps, each at least
-    its `floor` value, and `behind` lists the partitions whose fetched HW is below the
-    floor (a new leader that has not learned the HW yet) or missing from `fetched`.
-    Callers retry while `behind` is not empty; the result never goes backwards either way.
-    """
-    latest: Offsets = dict(fetched)
-    behind: list[TP] = []
-    for tp, offset in floor.items():
-        current = fetched.get(tp)
-        if current is None or current < offset:
-            behind.append(tp)
-            latest[tp] = offset
-    return latest, sorted(behind)
 
 
 def cap(latest: Mapping[TP, int], target: Mapping[TP, int] | None) -> Offsets:

@@ -15,10 +15,9 @@ picklable `TopicPartitionRange`, and gRPC channels are opened lazily where used.
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -44,7 +43,6 @@ from client.spark.offsets import (
     cap,
     flatten,
     nest,
-    never_backwards,
     plan_ranges,
     rate_limit,
     resolve_spec,
@@ -56,9 +54,6 @@ from client.spark.schema import spark_schema, to_record_batch
 from client.spark.wire import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, ClusterSnapshot, WireReader
 
 logger = logging.getLogger(__name__)
-
-#: How long `latestOffset` waits for a new leader's HW to reach what was already reported.
-CATCH_UP_TIMEOUT_S: Final = 10.0
 
 
 @dataclass(frozen=True)
@@ -186,7 +181,7 @@ class MiniKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
         self._planner = _Planner(options)
-        self._reported: Offsets = {}  # the furthest offsets handed to Spark so far
+        self._known: set[TP] = set()  # every partition whose offsets went to Spark
         self._last_hw: Offsets = {}
         self._target: Offsets | None = None  # Trigger.AvailableNow: never read past this
 
@@ -200,7 +195,7 @@ class MiniKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return ReadMaxRows(limit) if limit else ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._target = self._high_watermarks({})
+        self._target = self._high_watermarks(())
         logger.info("AvailableNow target offsets: %s", nest(self._target))
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> NestedOffsets:
@@ -214,49 +209,30 @@ class MiniKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             latest = rate_limit(effective, latest, limit.max_rows)
         elif isinstance(limit, ReadMinRows) and total_lag(begin, latest) < limit.min_rows:
             latest = {**latest, **begin}
-        for tp, offset in latest.items():
-            self._reported[tp] = max(offset, self._reported.get(tp, offset))
+        self._known.update(latest)
         return nest(latest)
 
-    def _high_watermarks(self, floor: Mapping[TP, int]) -> Offsets:
-        """Each partition's HW, never below `floor` or anything reported before.
+    def _high_watermarks(self, start: Iterable[TP]) -> Offsets:
+        """Each partition's HW: of the partitions the query reads now, those it started
+        from and those reported before (a vanished one is data loss).
 
-        After a leader change the new leader may briefly report a HW below what the old
-        one reported; retry (bounded) until it catches up, then hold the old value.
+        The latest offset never goes back: a new leader whose HW has not yet reached the
+        start of its epoch answers OFFSET_NOT_AVAILABLE (KIP-207) and the wire reader
+        asks again until it has caught up.
         """
         planner = self._planner
-        deadline = time.monotonic() + CATCH_UP_TIMEOUT_S
-        bound: Offsets = dict(self._reported)
-        for tp, offset in floor.items():
-            bound[tp] = max(offset, bound.get(tp, offset))
-        while True:
-            snapshot = planner.wire.refresh()
-            tps = planner.partitions(snapshot)
-            gone = sorted(tp for tp in bound if tp not in snapshot.partitions)
-            if gone:
-                planner.data_loss(
-                    "partitions "
-                    + ", ".join(f"{t}-{p}" for t, p in gone)
-                    + " no longer exist in the cluster"
-                )
-            hw = planner.latest(sorted(set(tps) | (set(bound) - set(gone))))
-            latest, behind = never_backwards(bound, hw)
-            behind = [tp for tp in behind if tp not in gone]
-            self._last_hw = latest
-            if not behind or time.monotonic() >= deadline:
-                if behind:
-                    logger.warning(
-                        "high watermark of %s still behind the offsets already read after "
-                        "%.0fs; holding the previous offsets",
-                        ", ".join(f"{t}-{p}" for t, p in behind),
-                        CATCH_UP_TIMEOUT_S,
-                    )
-                return latest
-            logger.info(
-                "high watermark of %s is behind the last reported offsets (new leader?); retrying",
-                ", ".join(f"{t}-{p}" for t, p in behind),
+        snapshot = planner.wire.refresh()
+        known = self._known | set(start)
+        gone = sorted(tp for tp in known if tp not in snapshot.partitions)
+        if gone:
+            planner.data_loss(
+                "partitions "
+                + ", ".join(f"{t}-{p}" for t, p in gone)
+                + " no longer exist in the cluster"
             )
-            time.sleep(0.1)
+        latest = planner.latest(sorted(set(planner.partitions(snapshot)) | (known - set(gone))))
+        self._last_hw = latest
+        return latest
 
     def reportLatestOffset(self) -> NestedOffsets | None:
         return nest(self._last_hw) if self._last_hw else None

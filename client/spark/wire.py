@@ -21,7 +21,8 @@ import msgspec
 from client.spark.decode import Columns, decode_range
 from client.spark.errors import DataLossError, SourceReadError
 from client.spark.offsets import TP, Offsets
-from minikafka.errors import RETRIABLE_CODES, ErrorCode
+from minikafka.errors import RETRIABLE_CODES, ErrorCode, code_from_wire
+from minikafka.grpc_options import channel_options
 from minikafka.v1 import broker_pb2, broker_pb2_grpc
 
 logger = logging.getLogger(__name__)
@@ -29,12 +30,6 @@ logger = logging.getLogger(__name__)
 EARLIEST_TIMESTAMP: Final = -2
 LATEST_TIMESTAMP: Final = -1
 
-_CHANNEL_OPTIONS: Final = (
-    ("grpc.max_receive_message_length", 64 << 20),
-    ("grpc.max_send_message_length", 16 << 20),
-    ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.max_reconnect_backoff_ms", 1_000),
-)
 _CONNECTION_CODES: Final = frozenset(
     {
         grpc.StatusCode.UNAVAILABLE,
@@ -112,7 +107,7 @@ class WireReader:
     def _stub(self, address: str) -> broker_pb2_grpc.BrokerServiceStub:
         channel = self._channels.get(address)
         if channel is None:
-            channel = grpc.insecure_channel(address, options=list(_CHANNEL_OPTIONS))
+            channel = grpc.insecure_channel(address, options=channel_options())
             self._channels[address] = channel
         return broker_pb2_grpc.BrokerServiceStub(channel)
 
@@ -153,7 +148,10 @@ class WireReader:
 
     def list_offsets(self, partitions: Iterable[TP], timestamp_ms: int) -> Offsets:
         """Log start offsets (`EARLIEST_TIMESTAMP`) or high watermarks (`LATEST_TIMESTAMP`)
-        from each partition's leader, retrying retriable errors within the deadline."""
+        from each partition's leader, retrying retriable errors within the deadline.
+
+        Among them OFFSET_NOT_AVAILABLE: a new leader answers it while its HW is below
+        the start of its epoch (KIP-207), so the latest offset never goes back."""
         pending = set(partitions)
         out: Offsets = {}
         deadline = time.monotonic() + self._timeout_s
@@ -192,7 +190,7 @@ class WireReader:
                     continue
                 for part in reply.partitions:
                     tp = (part.topic, part.partition)
-                    code = ErrorCode(part.error_code)
+                    code = code_from_wire(part.error_code)
                     if code is ErrorCode.NONE:
                         out[tp] = part.offset
                         pending.discard(tp)
@@ -273,7 +271,7 @@ class WireReader:
                 self.refresh()
                 continue
             part = reply.partitions[0]
-            code = ErrorCode(part.error_code)
+            code = code_from_wire(part.error_code)
             if code is ErrorCode.NONE:
                 if part.records:
                     columns, next_offset = decode_range(part.records, start=offset, end=end)

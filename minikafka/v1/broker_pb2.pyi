@@ -115,6 +115,7 @@ class PartitionProduceResponse(_message.Message):
     BASE_OFFSET_FIELD_NUMBER: _builtins.int
     LOG_APPEND_TIME_MS_FIELD_NUMBER: _builtins.int
     LOG_START_OFFSET_FIELD_NUMBER: _builtins.int
+    INDEFINITE_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     partition: _builtins.int
     error_code: _builtins.int
@@ -124,6 +125,12 @@ class PartitionProduceResponse(_message.Message):
     log_append_time_ms: _builtins.int
     """-1 unless the topic uses LogAppendTime"""
     log_start_offset: _builtins.int
+    indefinite: _builtins.bool
+    """With an error: true when the leader had appended the batch before it answered (the
+    request waited for replication and then timed out, fell below min.insync.replicas
+    or lost the leadership), so the write may still be committed; the outcome is
+    indefinite. False with an error: nothing was appended (a definite failure).
+    """
     def __init__(
         self,
         *,
@@ -134,10 +141,11 @@ class PartitionProduceResponse(_message.Message):
         base_offset: _builtins.int = ...,
         log_append_time_ms: _builtins.int = ...,
         log_start_offset: _builtins.int = ...,
+        indefinite: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["base_offset", b"base_offset", "error_code", b"error_code", "error_message", b"error_message", "log_append_time_ms", b"log_append_time_ms", "log_start_offset", b"log_start_offset", "partition", b"partition", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["base_offset", b"base_offset", "error_code", b"error_code", "error_message", b"error_message", "indefinite", b"indefinite", "log_append_time_ms", b"log_append_time_ms", "log_start_offset", b"log_start_offset", "partition", b"partition", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -402,6 +410,9 @@ class ListOffsetsPartitionResponse(_message.Message):
     OFFSET_FIELD_NUMBER: _builtins.int
     TIMESTAMP_MS_FIELD_NUMBER: _builtins.int
     LEADER_EPOCH_FIELD_NUMBER: _builtins.int
+    LOG_START_OFFSET_FIELD_NUMBER: _builtins.int
+    HIGH_WATERMARK_FIELD_NUMBER: _builtins.int
+    LOG_END_OFFSET_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     partition: _builtins.int
     error_code: _builtins.int
@@ -411,6 +422,12 @@ class ListOffsetsPartitionResponse(_message.Message):
     """-1 when no record has a timestamp >= the one asked for"""
     timestamp_ms: _builtins.int
     leader_epoch: _builtins.int
+    log_start_offset: _builtins.int
+    """The leader's log as it answered (kafka-topics --describe --offsets, minikafka's
+    addition): first offset, high watermark and log end offset; -1 with an error.
+    """
+    high_watermark: _builtins.int
+    log_end_offset: _builtins.int
     def __init__(
         self,
         *,
@@ -421,10 +438,13 @@ class ListOffsetsPartitionResponse(_message.Message):
         offset: _builtins.int = ...,
         timestamp_ms: _builtins.int = ...,
         leader_epoch: _builtins.int = ...,
+        log_start_offset: _builtins.int = ...,
+        high_watermark: _builtins.int = ...,
+        log_end_offset: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "leader_epoch", b"leader_epoch", "offset", b"offset", "partition", b"partition", "timestamp_ms", b"timestamp_ms", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "high_watermark", b"high_watermark", "leader_epoch", b"leader_epoch", "log_end_offset", b"log_end_offset", "log_start_offset", b"log_start_offset", "offset", b"offset", "partition", b"partition", "timestamp_ms", b"timestamp_ms", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -519,6 +539,8 @@ class PartitionState(_message.Message):
     REPLICAS_FIELD_NUMBER: _builtins.int
     IS_NEW_FIELD_NUMBER: _builtins.int
     STATE_FIELD_NUMBER: _builtins.int
+    ELR_FIELD_NUMBER: _builtins.int
+    LAST_KNOWN_ELR_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     partition: _builtins.int
     leader: _builtins.int
@@ -531,6 +553,12 @@ class PartitionState(_message.Message):
     def isr(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
     @_builtins.property
     def replicas(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def elr(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """eligible leader replicas (KIP-966)"""
+
+    @_builtins.property
+    def last_known_elr(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
     def __init__(
         self,
         *,
@@ -543,10 +571,12 @@ class PartitionState(_message.Message):
         replicas: _abc.Iterable[_builtins.int] | None = ...,
         is_new: _builtins.bool = ...,
         state: _builtins.str = ...,
+        elr: _abc.Iterable[_builtins.int] | None = ...,
+        last_known_elr: _abc.Iterable[_builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["is_new", b"is_new", "isr", b"isr", "leader", b"leader", "leader_epoch", b"leader_epoch", "partition", b"partition", "partition_epoch", b"partition_epoch", "replicas", b"replicas", "state", b"state", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["elr", b"elr", "is_new", b"is_new", "isr", b"isr", "last_known_elr", b"last_known_elr", "leader", b"leader", "leader_epoch", b"leader_epoch", "partition", b"partition", "partition_epoch", b"partition_epoch", "replicas", b"replicas", "state", b"state", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -830,3 +860,91 @@ class UpdateMetadataResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___UpdateMetadataResponse: _TypeAlias = UpdateMetadataResponse  # noqa: Y015
+
+@_typing.final
+class GetReplicaLogInfoRequest(_message.Message):
+    """---- Unclean recovery survey ------------------------------------------------"""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CONTROLLER_ID_FIELD_NUMBER: _builtins.int
+    CONTROLLER_EPOCH_FIELD_NUMBER: _builtins.int
+    BROKER_EPOCH_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    controller_id: _builtins.int
+    controller_epoch: _builtins.int
+    broker_epoch: _builtins.int
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.TopicPartition]: ...
+    def __init__(
+        self,
+        *,
+        controller_id: _builtins.int = ...,
+        controller_epoch: _builtins.int = ...,
+        broker_epoch: _builtins.int = ...,
+        partitions: _abc.Iterable[_common_pb2.TopicPartition] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_epoch", b"broker_epoch", "controller_epoch", b"controller_epoch", "controller_id", b"controller_id", "partitions", b"partitions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetReplicaLogInfoRequest: _TypeAlias = GetReplicaLogInfoRequest  # noqa: Y015
+
+@_typing.final
+class ReplicaLogInfo(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    LAST_EPOCH_FIELD_NUMBER: _builtins.int
+    LOG_END_OFFSET_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    partition: _builtins.int
+    error_code: _builtins.int
+    """UNKNOWN_TOPIC_OR_PARTITION: no log of it on this broker"""
+    last_epoch: _builtins.int
+    """the leader epoch of the last batch, -1 for an empty log"""
+    log_end_offset: _builtins.int
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        partition: _builtins.int = ...,
+        error_code: _builtins.int = ...,
+        last_epoch: _builtins.int = ...,
+        log_end_offset: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "last_epoch", b"last_epoch", "log_end_offset", b"log_end_offset", "partition", b"partition", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReplicaLogInfo: _TypeAlias = ReplicaLogInfo  # noqa: Y015
+
+@_typing.final
+class GetReplicaLogInfoResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    error_code: _builtins.int
+    """an ErrorCode value"""
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReplicaLogInfo]: ...
+    def __init__(
+        self,
+        *,
+        error_code: _builtins.int = ...,
+        partitions: _abc.Iterable[Global___ReplicaLogInfo] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "partitions", b"partitions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetReplicaLogInfoResponse: _TypeAlias = GetReplicaLogInfoResponse  # noqa: Y015

@@ -5,6 +5,7 @@ import warnings
 
 from minikafka.v1 import broker_pb2 as minikafka_dot_v1_dot_broker__pb2
 from minikafka.v1 import controller_pb2 as minikafka_dot_v1_dot_controller__pb2
+from minikafka.v1 import raft_pb2 as minikafka_dot_v1_dot_raft__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -85,6 +86,21 @@ class BrokerServiceStub:
                 request_serializer=minikafka_dot_v1_dot_controller__pb2.InitProducerIdRequest.SerializeToString,
                 response_deserializer=minikafka_dot_v1_dot_controller__pb2.InitProducerIdResponse.FromString,
                 _registered_method=True)
+        self.CreatePartitions = channel.unary_unary(
+                '/minikafka.v1.BrokerService/CreatePartitions',
+                request_serializer=minikafka_dot_v1_dot_controller__pb2.CreatePartitionsRequest.SerializeToString,
+                response_deserializer=minikafka_dot_v1_dot_controller__pb2.CreatePartitionsResponse.FromString,
+                _registered_method=True)
+        self.DescribePartitionHistory = channel.unary_unary(
+                '/minikafka.v1.BrokerService/DescribePartitionHistory',
+                request_serializer=minikafka_dot_v1_dot_controller__pb2.DescribePartitionHistoryRequest.SerializeToString,
+                response_deserializer=minikafka_dot_v1_dot_controller__pb2.DescribePartitionHistoryResponse.FromString,
+                _registered_method=True)
+        self.DescribeQuorum = channel.unary_unary(
+                '/minikafka.v1.BrokerService/DescribeQuorum',
+                request_serializer=minikafka_dot_v1_dot_raft__pb2.DescribeQuorumRequest.SerializeToString,
+                response_deserializer=minikafka_dot_v1_dot_raft__pb2.DescribeQuorumResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServiceServicer:
@@ -151,6 +167,25 @@ class BrokerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreatePartitions(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribePartitionHistory(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeQuorum(self, request, context):
+        """The controller quorum, forwarded to the active controller (metadata-quorum describe).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -203,6 +238,21 @@ def add_BrokerServiceServicer_to_server(servicer, server):
                     servicer.InitProducerId,
                     request_deserializer=minikafka_dot_v1_dot_controller__pb2.InitProducerIdRequest.FromString,
                     response_serializer=minikafka_dot_v1_dot_controller__pb2.InitProducerIdResponse.SerializeToString,
+            ),
+            'CreatePartitions': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreatePartitions,
+                    request_deserializer=minikafka_dot_v1_dot_controller__pb2.CreatePartitionsRequest.FromString,
+                    response_serializer=minikafka_dot_v1_dot_controller__pb2.CreatePartitionsResponse.SerializeToString,
+            ),
+            'DescribePartitionHistory': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribePartitionHistory,
+                    request_deserializer=minikafka_dot_v1_dot_controller__pb2.DescribePartitionHistoryRequest.FromString,
+                    response_serializer=minikafka_dot_v1_dot_controller__pb2.DescribePartitionHistoryResponse.SerializeToString,
+            ),
+            'DescribeQuorum': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeQuorum,
+                    request_deserializer=minikafka_dot_v1_dot_raft__pb2.DescribeQuorumRequest.FromString,
+                    response_serializer=minikafka_dot_v1_dot_raft__pb2.DescribeQuorumResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -485,6 +535,87 @@ class BrokerService:
             metadata,
             _registered_method=True)
 
+    @staticmethod
+    def CreatePartitions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/minikafka.v1.BrokerService/CreatePartitions',
+            minikafka_dot_v1_dot_controller__pb2.CreatePartitionsRequest.SerializeToString,
+            minikafka_dot_v1_dot_controller__pb2.CreatePartitionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribePartitionHistory(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/minikafka.v1.BrokerService/DescribePartitionHistory',
+            minikafka_dot_v1_dot_controller__pb2.DescribePartitionHistoryRequest.SerializeToString,
+            minikafka_dot_v1_dot_controller__pb2.DescribePartitionHistoryResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeQuorum(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/minikafka.v1.BrokerService/DescribeQuorum',
+            minikafka_dot_v1_dot_raft__pb2.DescribeQuorumRequest.SerializeToString,
+            minikafka_dot_v1_dot_raft__pb2.DescribeQuorumResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
 
 class ReplicaServiceStub:
     """Missing associated documentation comment in .proto file."""
@@ -582,6 +713,11 @@ class BrokerControlServiceStub:
                 request_serializer=minikafka_dot_v1_dot_broker__pb2.UpdateMetadataRequest.SerializeToString,
                 response_deserializer=minikafka_dot_v1_dot_broker__pb2.UpdateMetadataResponse.FromString,
                 _registered_method=True)
+        self.GetReplicaLogInfo = channel.unary_unary(
+                '/minikafka.v1.BrokerControlService/GetReplicaLogInfo',
+                request_serializer=minikafka_dot_v1_dot_broker__pb2.GetReplicaLogInfoRequest.SerializeToString,
+                response_deserializer=minikafka_dot_v1_dot_broker__pb2.GetReplicaLogInfoResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerControlServiceServicer:
@@ -605,6 +741,14 @@ class BrokerControlServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetReplicaLogInfo(self, request, context):
+        """What this broker's replicas hold (last leader epoch, log end offset): the survey an
+        unclean election with the longest-log recovery strategy makes before it chooses.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerControlServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -622,6 +766,11 @@ def add_BrokerControlServiceServicer_to_server(servicer, server):
                     servicer.UpdateMetadata,
                     request_deserializer=minikafka_dot_v1_dot_broker__pb2.UpdateMetadataRequest.FromString,
                     response_serializer=minikafka_dot_v1_dot_broker__pb2.UpdateMetadataResponse.SerializeToString,
+            ),
+            'GetReplicaLogInfo': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetReplicaLogInfo,
+                    request_deserializer=minikafka_dot_v1_dot_broker__pb2.GetReplicaLogInfoRequest.FromString,
+                    response_serializer=minikafka_dot_v1_dot_broker__pb2.GetReplicaLogInfoResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -705,6 +854,33 @@ class BrokerControlService:
             '/minikafka.v1.BrokerControlService/UpdateMetadata',
             minikafka_dot_v1_dot_broker__pb2.UpdateMetadataRequest.SerializeToString,
             minikafka_dot_v1_dot_broker__pb2.UpdateMetadataResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetReplicaLogInfo(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/minikafka.v1.BrokerControlService/GetReplicaLogInfo',
+            minikafka_dot_v1_dot_broker__pb2.GetReplicaLogInfoRequest.SerializeToString,
+            minikafka_dot_v1_dot_broker__pb2.GetReplicaLogInfoResponse.FromString,
             options,
             channel_credentials,
             insecure,

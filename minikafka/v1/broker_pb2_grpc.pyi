@@ -11,6 +11,7 @@ from collections import abc as _abc
 from grpc import aio as _aio
 from minikafka.v1 import broker_pb2 as _broker_pb2
 from minikafka.v1 import controller_pb2 as _controller_pb2
+from minikafka.v1 import raft_pb2 as _raft_pb2
 import abc as _abc_1
 import grpc as _grpc
 import sys
@@ -47,6 +48,10 @@ class BrokerServiceStub:
     ElectLeaders: _grpc.UnaryUnaryMultiCallable[_controller_pb2.ElectLeadersRequest, _controller_pb2.ElectLeadersResponse]
     AlterConfigs: _grpc.UnaryUnaryMultiCallable[_controller_pb2.AlterConfigsRequest, _controller_pb2.AlterConfigsResponse]
     InitProducerId: _grpc.UnaryUnaryMultiCallable[_controller_pb2.InitProducerIdRequest, _controller_pb2.InitProducerIdResponse]
+    CreatePartitions: _grpc.UnaryUnaryMultiCallable[_controller_pb2.CreatePartitionsRequest, _controller_pb2.CreatePartitionsResponse]
+    DescribePartitionHistory: _grpc.UnaryUnaryMultiCallable[_controller_pb2.DescribePartitionHistoryRequest, _controller_pb2.DescribePartitionHistoryResponse]
+    DescribeQuorum: _grpc.UnaryUnaryMultiCallable[_raft_pb2.DescribeQuorumRequest, _raft_pb2.DescribeQuorumResponse]
+    """The controller quorum, forwarded to the active controller (metadata-quorum describe)."""
 
 @_typing.type_check_only
 class BrokerServiceAsyncStub(BrokerServiceStub):
@@ -62,6 +67,10 @@ class BrokerServiceAsyncStub(BrokerServiceStub):
     ElectLeaders: _aio.UnaryUnaryMultiCallable[_controller_pb2.ElectLeadersRequest, _controller_pb2.ElectLeadersResponse]  # type: ignore[assignment]
     AlterConfigs: _aio.UnaryUnaryMultiCallable[_controller_pb2.AlterConfigsRequest, _controller_pb2.AlterConfigsResponse]  # type: ignore[assignment]
     InitProducerId: _aio.UnaryUnaryMultiCallable[_controller_pb2.InitProducerIdRequest, _controller_pb2.InitProducerIdResponse]  # type: ignore[assignment]
+    CreatePartitions: _aio.UnaryUnaryMultiCallable[_controller_pb2.CreatePartitionsRequest, _controller_pb2.CreatePartitionsResponse]  # type: ignore[assignment]
+    DescribePartitionHistory: _aio.UnaryUnaryMultiCallable[_controller_pb2.DescribePartitionHistoryRequest, _controller_pb2.DescribePartitionHistoryResponse]  # type: ignore[assignment]
+    DescribeQuorum: _aio.UnaryUnaryMultiCallable[_raft_pb2.DescribeQuorumRequest, _raft_pb2.DescribeQuorumResponse]  # type: ignore[assignment]
+    """The controller quorum, forwarded to the active controller (metadata-quorum describe)."""
 
 class BrokerServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -135,6 +144,28 @@ class BrokerServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_controller_pb2.InitProducerIdResponse, _abc.Awaitable[_controller_pb2.InitProducerIdResponse]]: ...
 
+    @_abc_1.abstractmethod
+    def CreatePartitions(
+        self,
+        request: _controller_pb2.CreatePartitionsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_controller_pb2.CreatePartitionsResponse, _abc.Awaitable[_controller_pb2.CreatePartitionsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def DescribePartitionHistory(
+        self,
+        request: _controller_pb2.DescribePartitionHistoryRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_controller_pb2.DescribePartitionHistoryResponse, _abc.Awaitable[_controller_pb2.DescribePartitionHistoryResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def DescribeQuorum(
+        self,
+        request: _raft_pb2.DescribeQuorumRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_raft_pb2.DescribeQuorumResponse, _abc.Awaitable[_raft_pb2.DescribeQuorumResponse]]:
+        """The controller quorum, forwarded to the active controller (metadata-quorum describe)."""
+
 def add_BrokerServiceServicer_to_server(servicer: BrokerServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 
 class ReplicaServiceStub:
@@ -167,6 +198,10 @@ class BrokerControlServiceStub:
     LeaderAndIsr: _grpc.UnaryUnaryMultiCallable[_broker_pb2.LeaderAndIsrRequest, _broker_pb2.LeaderAndIsrResponse]
     StopReplica: _grpc.UnaryUnaryMultiCallable[_broker_pb2.StopReplicaRequest, _broker_pb2.StopReplicaResponse]
     UpdateMetadata: _grpc.UnaryUnaryMultiCallable[_broker_pb2.UpdateMetadataRequest, _broker_pb2.UpdateMetadataResponse]
+    GetReplicaLogInfo: _grpc.UnaryUnaryMultiCallable[_broker_pb2.GetReplicaLogInfoRequest, _broker_pb2.GetReplicaLogInfoResponse]
+    """What this broker's replicas hold (last leader epoch, log end offset): the survey an
+    unclean election with the longest-log recovery strategy makes before it chooses.
+    """
 
 @_typing.type_check_only
 class BrokerControlServiceAsyncStub(BrokerControlServiceStub):
@@ -174,6 +209,10 @@ class BrokerControlServiceAsyncStub(BrokerControlServiceStub):
     LeaderAndIsr: _aio.UnaryUnaryMultiCallable[_broker_pb2.LeaderAndIsrRequest, _broker_pb2.LeaderAndIsrResponse]  # type: ignore[assignment]
     StopReplica: _aio.UnaryUnaryMultiCallable[_broker_pb2.StopReplicaRequest, _broker_pb2.StopReplicaResponse]  # type: ignore[assignment]
     UpdateMetadata: _aio.UnaryUnaryMultiCallable[_broker_pb2.UpdateMetadataRequest, _broker_pb2.UpdateMetadataResponse]  # type: ignore[assignment]
+    GetReplicaLogInfo: _aio.UnaryUnaryMultiCallable[_broker_pb2.GetReplicaLogInfoRequest, _broker_pb2.GetReplicaLogInfoResponse]  # type: ignore[assignment]
+    """What this broker's replicas hold (last leader epoch, log end offset): the survey an
+    unclean election with the longest-log recovery strategy makes before it chooses.
+    """
 
 class BrokerControlServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -196,5 +235,15 @@ class BrokerControlServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _broker_pb2.UpdateMetadataRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_broker_pb2.UpdateMetadataResponse, _abc.Awaitable[_broker_pb2.UpdateMetadataResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def GetReplicaLogInfo(
+        self,
+        request: _broker_pb2.GetReplicaLogInfoRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_broker_pb2.GetReplicaLogInfoResponse, _abc.Awaitable[_broker_pb2.GetReplicaLogInfoResponse]]:
+        """What this broker's replicas hold (last leader epoch, log end offset): the survey an
+        unclean election with the longest-log recovery strategy makes before it chooses.
+        """
 
 def add_BrokerControlServiceServicer_to_server(servicer: BrokerControlServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

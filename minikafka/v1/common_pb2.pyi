@@ -141,6 +141,7 @@ class BrokerEndpoint(_message.Message):
     EXTERNAL_HOST_FIELD_NUMBER: _builtins.int
     EXTERNAL_PORT_FIELD_NUMBER: _builtins.int
     BROKER_EPOCH_FIELD_NUMBER: _builtins.int
+    IN_CONTROLLED_SHUTDOWN_FIELD_NUMBER: _builtins.int
     broker_id: _builtins.int
     host: _builtins.str
     port: _builtins.int
@@ -156,6 +157,10 @@ class BrokerEndpoint(_message.Message):
     """The broker's current registration epoch (in UpdateMetadata; 0 elsewhere). Leaders
     refuse replica fetches that carry an older epoch (a zombie incarnation).
     """
+    in_controlled_shutdown: _builtins.bool
+    """True while the broker is in controlled shutdown (in UpdateMetadata): it still serves,
+    but leaders do not propose it for their ISR (KIP-841).
+    """
     def __init__(
         self,
         *,
@@ -166,10 +171,11 @@ class BrokerEndpoint(_message.Message):
         external_host: _builtins.str = ...,
         external_port: _builtins.int = ...,
         broker_epoch: _builtins.int = ...,
+        in_controlled_shutdown: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_epoch", b"broker_epoch", "broker_id", b"broker_id", "external_host", b"external_host", "external_port", b"external_port", "host", b"host", "port", b"port", "rack", b"rack"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_epoch", b"broker_epoch", "broker_id", b"broker_id", "external_host", b"external_host", "external_port", b"external_port", "host", b"host", "in_controlled_shutdown", b"in_controlled_shutdown", "port", b"port", "rack", b"rack"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -212,6 +218,8 @@ class PartitionMetadata(_message.Message):
     OFFLINE_REPLICAS_FIELD_NUMBER: _builtins.int
     PARTITION_EPOCH_FIELD_NUMBER: _builtins.int
     STATE_FIELD_NUMBER: _builtins.int
+    ELR_FIELD_NUMBER: _builtins.int
+    LAST_KNOWN_ELR_FIELD_NUMBER: _builtins.int
     partition: _builtins.int
     error_code: _builtins.int
     """an ErrorCode value"""
@@ -227,6 +235,15 @@ class PartitionMetadata(_message.Message):
     def isr(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
     @_builtins.property
     def offline_replicas(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def elr(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Eligible leader replicas (KIP-966): out of the ISR but holding every committed record,
+        electable when no ISR member is. Last known ELR: no longer eligible (restarted without
+        proof that their log is whole), the last replicas known to have been complete.
+        """
+
+    @_builtins.property
+    def last_known_elr(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
     def __init__(
         self,
         *,
@@ -239,10 +256,12 @@ class PartitionMetadata(_message.Message):
         offline_replicas: _abc.Iterable[_builtins.int] | None = ...,
         partition_epoch: _builtins.int = ...,
         state: _builtins.str = ...,
+        elr: _abc.Iterable[_builtins.int] | None = ...,
+        last_known_elr: _abc.Iterable[_builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "isr", b"isr", "leader", b"leader", "leader_epoch", b"leader_epoch", "offline_replicas", b"offline_replicas", "partition", b"partition", "partition_epoch", b"partition_epoch", "replicas", b"replicas", "state", b"state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["elr", b"elr", "error_code", b"error_code", "isr", b"isr", "last_known_elr", b"last_known_elr", "leader", b"leader", "leader_epoch", b"leader_epoch", "offline_replicas", b"offline_replicas", "partition", b"partition", "partition_epoch", b"partition_epoch", "replicas", b"replicas", "state", b"state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

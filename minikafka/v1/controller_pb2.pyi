@@ -45,6 +45,8 @@ class RegisterBrokerRequest(_message.Message):
     ENDPOINT_FIELD_NUMBER: _builtins.int
     INCARNATION_ID_FIELD_NUMBER: _builtins.int
     CLEAN_SHUTDOWN_FIELD_NUMBER: _builtins.int
+    PREVIOUS_BROKER_EPOCH_FIELD_NUMBER: _builtins.int
+    DIRECTORY_ID_FIELD_NUMBER: _builtins.int
     broker_id: _builtins.int
     incarnation_id: _builtins.str
     """Random id chosen by each broker process at start; a second process with the
@@ -53,6 +55,17 @@ class RegisterBrokerRequest(_message.Message):
     clean_shutdown: _builtins.bool
     """False when the broker found no clean-shutdown marker: its unflushed tail may be
     lost, so the controller removes it from every ISR until it has caught up.
+    """
+    previous_broker_epoch: _builtins.int
+    """The broker epoch written into the clean-shutdown file when the broker last stopped
+    cleanly, -1 when there was none (a crash, a new or wiped data directory). The
+    controller counts the stop as clean only when this is the epoch it last gave the
+    broker (KIP-966's proof of a clean shutdown).
+    """
+    directory_id: _builtins.str
+    """The data directory's identity, written once when the directory was formatted
+    (Kafka's meta.properties directory.id). A broker that comes back with another id
+    has lost every replica it held.
     """
     @_builtins.property
     def endpoint(self) -> _common_pb2.BrokerEndpoint: ...
@@ -63,10 +76,12 @@ class RegisterBrokerRequest(_message.Message):
         endpoint: _common_pb2.BrokerEndpoint | None = ...,
         incarnation_id: _builtins.str = ...,
         clean_shutdown: _builtins.bool = ...,
+        previous_broker_epoch: _builtins.int = ...,
+        directory_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["endpoint", b"endpoint"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_id", b"broker_id", "clean_shutdown", b"clean_shutdown", "endpoint", b"endpoint", "incarnation_id", b"incarnation_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_id", b"broker_id", "clean_shutdown", b"clean_shutdown", "directory_id", b"directory_id", "endpoint", b"endpoint", "incarnation_id", b"incarnation_id", "previous_broker_epoch", b"previous_broker_epoch"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -200,12 +215,20 @@ class AlterPartitionItem(_message.Message):
     LEADER_EPOCH_FIELD_NUMBER: _builtins.int
     PARTITION_EPOCH_FIELD_NUMBER: _builtins.int
     NEW_ISR_FIELD_NUMBER: _builtins.int
+    NEW_ISR_WITH_EPOCHS_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     partition: _builtins.int
     leader_epoch: _builtins.int
     partition_epoch: _builtins.int
     @_builtins.property
     def new_isr(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def new_isr_with_epochs(self) -> _containers.RepeatedCompositeFieldContainer[Global___IsrMember]:
+        """The proposed ISR with the broker epoch each member fetched with (KIP-903): the
+        controller refuses the change (INELIGIBLE_REPLICA) when an added member's epoch is
+        not its current registration. Same members as new_isr.
+        """
+
     def __init__(
         self,
         *,
@@ -214,14 +237,38 @@ class AlterPartitionItem(_message.Message):
         leader_epoch: _builtins.int = ...,
         partition_epoch: _builtins.int = ...,
         new_isr: _abc.Iterable[_builtins.int] | None = ...,
+        new_isr_with_epochs: _abc.Iterable[Global___IsrMember] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["leader_epoch", b"leader_epoch", "new_isr", b"new_isr", "partition", b"partition", "partition_epoch", b"partition_epoch", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["leader_epoch", b"leader_epoch", "new_isr", b"new_isr", "new_isr_with_epochs", b"new_isr_with_epochs", "partition", b"partition", "partition_epoch", b"partition_epoch", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___AlterPartitionItem: _TypeAlias = AlterPartitionItem  # noqa: Y015
+
+@_typing.final
+class IsrMember(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BROKER_ID_FIELD_NUMBER: _builtins.int
+    BROKER_EPOCH_FIELD_NUMBER: _builtins.int
+    broker_id: _builtins.int
+    broker_epoch: _builtins.int
+    """-1: not known (the leader itself, or a member kept as is)"""
+    def __init__(
+        self,
+        *,
+        broker_id: _builtins.int = ...,
+        broker_epoch: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_epoch", b"broker_epoch", "broker_id", b"broker_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___IsrMember: _TypeAlias = IsrMember  # noqa: Y015
 
 @_typing.final
 class AlterPartitionResponse(_message.Message):
@@ -559,11 +606,16 @@ class DescribeClusterResponse(_message.Message):
     CONTROLLER_EPOCH_FIELD_NUMBER: _builtins.int
     BROKERS_FIELD_NUMBER: _builtins.int
     TOPICS_FIELD_NUMBER: _builtins.int
+    ELIGIBLE_LEADER_REPLICAS_ENABLED_FIELD_NUMBER: _builtins.int
     error_code: _builtins.int
     """an ErrorCode value"""
     cluster_id: _builtins.str
     controller_id: _builtins.int
     controller_epoch: _builtins.int
+    eligible_leader_replicas_enabled: _builtins.bool
+    """Whether the controller keeps eligible leader replicas (KIP-966; `topic describe`
+    prints the Elr and LastKnownElr fields only then).
+    """
     @_builtins.property
     def brokers(self) -> _containers.RepeatedCompositeFieldContainer[Global___BrokerStatus]: ...
     @_builtins.property
@@ -577,10 +629,11 @@ class DescribeClusterResponse(_message.Message):
         controller_epoch: _builtins.int = ...,
         brokers: _abc.Iterable[Global___BrokerStatus] | None = ...,
         topics: _abc.Iterable[_common_pb2.TopicMetadata] | None = ...,
+        eligible_leader_replicas_enabled: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["brokers", b"brokers", "cluster_id", b"cluster_id", "controller_epoch", b"controller_epoch", "controller_id", b"controller_id", "error_code", b"error_code", "topics", b"topics"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["brokers", b"brokers", "cluster_id", b"cluster_id", "controller_epoch", b"controller_epoch", "controller_id", b"controller_id", "eligible_leader_replicas_enabled", b"eligible_leader_replicas_enabled", "error_code", b"error_code", "topics", b"topics"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -791,3 +844,229 @@ class InitProducerIdResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___InitProducerIdResponse: _TypeAlias = InitProducerIdResponse  # noqa: Y015
+
+@_typing.final
+class CreatePartitionsTopic(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    COUNT_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    count: _builtins.int
+    """The new total number of partitions (as Kafka's CreatePartitionsTopic.count); it must
+    be larger than the current count.
+    """
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        count: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["count", b"count", "name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreatePartitionsTopic: _TypeAlias = CreatePartitionsTopic  # noqa: Y015
+
+@_typing.final
+class CreatePartitionsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPICS_FIELD_NUMBER: _builtins.int
+    VALIDATE_ONLY_FIELD_NUMBER: _builtins.int
+    TIMEOUT_MS_FIELD_NUMBER: _builtins.int
+    validate_only: _builtins.bool
+    timeout_ms: _builtins.int
+    @_builtins.property
+    def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___CreatePartitionsTopic]: ...
+    def __init__(
+        self,
+        *,
+        topics: _abc.Iterable[Global___CreatePartitionsTopic] | None = ...,
+        validate_only: _builtins.bool = ...,
+        timeout_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["timeout_ms", b"timeout_ms", "topics", b"topics", "validate_only", b"validate_only"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreatePartitionsRequest: _TypeAlias = CreatePartitionsRequest  # noqa: Y015
+
+@_typing.final
+class CreatePartitionsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPICS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___TopicResult]: ...
+    def __init__(
+        self,
+        *,
+        topics: _abc.Iterable[Global___TopicResult] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["topics", b"topics"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreatePartitionsResponse: _TypeAlias = CreatePartitionsResponse  # noqa: Y015
+
+@_typing.final
+class DescribePartitionHistoryRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    partition: _builtins.int
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        partition: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["partition", b"partition", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribePartitionHistoryRequest: _TypeAlias = DescribePartitionHistoryRequest  # noqa: Y015
+
+@_typing.final
+class PartitionHistoryEvent(_message.Message):
+    """One step of a partition's history: a metadata record that changed the partition (its
+    state after the record), or a change of one of its replicas' brokers (fenced,
+    unfenced, registered, in controlled shutdown).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    METADATA_OFFSET_FIELD_NUMBER: _builtins.int
+    TIME_MS_FIELD_NUMBER: _builtins.int
+    REPLAYED_FIELD_NUMBER: _builtins.int
+    KINDS_FIELD_NUMBER: _builtins.int
+    LEADER_FIELD_NUMBER: _builtins.int
+    LEADER_EPOCH_FIELD_NUMBER: _builtins.int
+    PARTITION_EPOCH_FIELD_NUMBER: _builtins.int
+    REPLICAS_FIELD_NUMBER: _builtins.int
+    ISR_FIELD_NUMBER: _builtins.int
+    HAS_ELR_FIELD_NUMBER: _builtins.int
+    ELR_FIELD_NUMBER: _builtins.int
+    LAST_KNOWN_ELR_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    PREVIOUS_LEADER_FIELD_NUMBER: _builtins.int
+    BROKER_ID_FIELD_NUMBER: _builtins.int
+    BROKER_EPOCH_FIELD_NUMBER: _builtins.int
+    DETAIL_FIELD_NUMBER: _builtins.int
+    metadata_offset: _builtins.int
+    """The metadata offset of the record; events are in offset order."""
+    time_ms: _builtins.int
+    """Wall-clock time (ms since the epoch) at which this controller applied the record.
+    Records replayed when the controller started carry the start time and
+    `replayed` = true: the metadata log keeps no time of its own.
+    """
+    replayed: _builtins.bool
+    leader: _builtins.int
+    """The partition after the record (also filled on broker events).
+    -1: no leader
+    """
+    leader_epoch: _builtins.int
+    partition_epoch: _builtins.int
+    has_elr: _builtins.bool
+    """Eligible leader replicas (KIP-966), when the controller's model has them."""
+    state: _builtins.str
+    """"ONLINE", "OFFLINE" or "RECOVERING" """
+    previous_leader: _builtins.int
+    """-1: none"""
+    broker_id: _builtins.int
+    """Broker events: the broker and its epoch.
+    -1 on partition events
+    """
+    broker_epoch: _builtins.int
+    detail: _builtins.str
+    """a human-readable line"""
+    @_builtins.property
+    def kinds(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """What changed, e.g. "created", "leader", "unclean-election", "isr-shrink",
+        "isr-expand", "elr", "offline", "recovered", "replicas", "broker-fenced",
+        "broker-unfenced", "broker-registered", "broker-controlled-shutdown", "snapshot".
+        """
+
+    @_builtins.property
+    def replicas(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def isr(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def elr(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def last_known_elr(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    def __init__(
+        self,
+        *,
+        metadata_offset: _builtins.int = ...,
+        time_ms: _builtins.int = ...,
+        replayed: _builtins.bool = ...,
+        kinds: _abc.Iterable[_builtins.str] | None = ...,
+        leader: _builtins.int = ...,
+        leader_epoch: _builtins.int = ...,
+        partition_epoch: _builtins.int = ...,
+        replicas: _abc.Iterable[_builtins.int] | None = ...,
+        isr: _abc.Iterable[_builtins.int] | None = ...,
+        has_elr: _builtins.bool = ...,
+        elr: _abc.Iterable[_builtins.int] | None = ...,
+        last_known_elr: _abc.Iterable[_builtins.int] | None = ...,
+        state: _builtins.str = ...,
+        previous_leader: _builtins.int = ...,
+        broker_id: _builtins.int = ...,
+        broker_epoch: _builtins.int = ...,
+        detail: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_epoch", b"broker_epoch", "broker_id", b"broker_id", "detail", b"detail", "elr", b"elr", "has_elr", b"has_elr", "isr", b"isr", "kinds", b"kinds", "last_known_elr", b"last_known_elr", "leader", b"leader", "leader_epoch", b"leader_epoch", "metadata_offset", b"metadata_offset", "partition_epoch", b"partition_epoch", "previous_leader", b"previous_leader", "replayed", b"replayed", "replicas", b"replicas", "state", b"state", "time_ms", b"time_ms"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PartitionHistoryEvent: _TypeAlias = PartitionHistoryEvent  # noqa: Y015
+
+@_typing.final
+class DescribePartitionHistoryResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    EVENTS_FIELD_NUMBER: _builtins.int
+    TRUNCATED_FIELD_NUMBER: _builtins.int
+    CONTROLLER_ID_FIELD_NUMBER: _builtins.int
+    error_code: _builtins.int
+    """an ErrorCode value"""
+    error_message: _builtins.str
+    truncated: _builtins.bool
+    """True when older events of this partition were dropped to keep the history bounded
+    (or the controller started after them: its history begins at its start).
+    """
+    controller_id: _builtins.int
+    @_builtins.property
+    def events(self) -> _containers.RepeatedCompositeFieldContainer[Global___PartitionHistoryEvent]: ...
+    def __init__(
+        self,
+        *,
+        error_code: _builtins.int = ...,
+        error_message: _builtins.str = ...,
+        events: _abc.Iterable[Global___PartitionHistoryEvent] | None = ...,
+        truncated: _builtins.bool = ...,
+        controller_id: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["controller_id", b"controller_id", "error_code", b"error_code", "error_message", b"error_message", "events", b"events", "truncated", b"truncated"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribePartitionHistoryResponse: _TypeAlias = DescribePartitionHistoryResponse  # noqa: Y015

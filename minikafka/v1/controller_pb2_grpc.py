@@ -4,6 +4,7 @@ import grpc
 import warnings
 
 from minikafka.v1 import controller_pb2 as minikafka_dot_v1_dot_controller__pb2
+from minikafka.v1 import raft_pb2 as minikafka_dot_v1_dot_raft__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -89,6 +90,21 @@ class ControllerServiceStub:
                 request_serializer=minikafka_dot_v1_dot_controller__pb2.InitProducerIdRequest.SerializeToString,
                 response_deserializer=minikafka_dot_v1_dot_controller__pb2.InitProducerIdResponse.FromString,
                 _registered_method=True)
+        self.CreatePartitions = channel.unary_unary(
+                '/minikafka.v1.ControllerService/CreatePartitions',
+                request_serializer=minikafka_dot_v1_dot_controller__pb2.CreatePartitionsRequest.SerializeToString,
+                response_deserializer=minikafka_dot_v1_dot_controller__pb2.CreatePartitionsResponse.FromString,
+                _registered_method=True)
+        self.DescribePartitionHistory = channel.unary_unary(
+                '/minikafka.v1.ControllerService/DescribePartitionHistory',
+                request_serializer=minikafka_dot_v1_dot_controller__pb2.DescribePartitionHistoryRequest.SerializeToString,
+                response_deserializer=minikafka_dot_v1_dot_controller__pb2.DescribePartitionHistoryResponse.FromString,
+                _registered_method=True)
+        self.DescribeQuorum = channel.unary_unary(
+                '/minikafka.v1.ControllerService/DescribeQuorum',
+                request_serializer=minikafka_dot_v1_dot_raft__pb2.DescribeQuorumRequest.SerializeToString,
+                response_deserializer=minikafka_dot_v1_dot_raft__pb2.DescribeQuorumResponse.FromString,
+                _registered_method=True)
 
 
 class ControllerServiceServicer:
@@ -163,6 +179,31 @@ class ControllerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreatePartitions(self, request, context):
+        """Add partitions to existing topics (Kafka's CreatePartitions), placed like creation.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribePartitionHistory(self, request, context):
+        """The change history of one partition that this controller derived from the metadata
+        records it applied (bounded, in memory): what `minikafka timeline` draws.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeQuorum(self, request, context):
+        """The controller quorum as this controller sees it (any controller answers; the
+        replication state only the leader knows). Every other call on a controller that is
+        not the active one answers NOT_CONTROLLER: callers find the active controller with
+        this call (active, leader_id, leader_address) and retry there.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ControllerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -220,6 +261,21 @@ def add_ControllerServiceServicer_to_server(servicer, server):
                     servicer.InitProducerId,
                     request_deserializer=minikafka_dot_v1_dot_controller__pb2.InitProducerIdRequest.FromString,
                     response_serializer=minikafka_dot_v1_dot_controller__pb2.InitProducerIdResponse.SerializeToString,
+            ),
+            'CreatePartitions': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreatePartitions,
+                    request_deserializer=minikafka_dot_v1_dot_controller__pb2.CreatePartitionsRequest.FromString,
+                    response_serializer=minikafka_dot_v1_dot_controller__pb2.CreatePartitionsResponse.SerializeToString,
+            ),
+            'DescribePartitionHistory': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribePartitionHistory,
+                    request_deserializer=minikafka_dot_v1_dot_controller__pb2.DescribePartitionHistoryRequest.FromString,
+                    response_serializer=minikafka_dot_v1_dot_controller__pb2.DescribePartitionHistoryResponse.SerializeToString,
+            ),
+            'DescribeQuorum': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeQuorum,
+                    request_deserializer=minikafka_dot_v1_dot_raft__pb2.DescribeQuorumRequest.FromString,
+                    response_serializer=minikafka_dot_v1_dot_raft__pb2.DescribeQuorumResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -519,6 +575,87 @@ class ControllerService:
             '/minikafka.v1.ControllerService/InitProducerId',
             minikafka_dot_v1_dot_controller__pb2.InitProducerIdRequest.SerializeToString,
             minikafka_dot_v1_dot_controller__pb2.InitProducerIdResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreatePartitions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/minikafka.v1.ControllerService/CreatePartitions',
+            minikafka_dot_v1_dot_controller__pb2.CreatePartitionsRequest.SerializeToString,
+            minikafka_dot_v1_dot_controller__pb2.CreatePartitionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribePartitionHistory(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/minikafka.v1.ControllerService/DescribePartitionHistory',
+            minikafka_dot_v1_dot_controller__pb2.DescribePartitionHistoryRequest.SerializeToString,
+            minikafka_dot_v1_dot_controller__pb2.DescribePartitionHistoryResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeQuorum(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/minikafka.v1.ControllerService/DescribeQuorum',
+            minikafka_dot_v1_dot_raft__pb2.DescribeQuorumRequest.SerializeToString,
+            minikafka_dot_v1_dot_raft__pb2.DescribeQuorumResponse.FromString,
             options,
             channel_credentials,
             insecure,

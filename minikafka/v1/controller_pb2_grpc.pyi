@@ -8,6 +8,7 @@ calls (topics, elections, configs) arrive here directly or forwarded by a broker
 from collections import abc as _abc
 from grpc import aio as _aio
 from minikafka.v1 import controller_pb2 as _controller_pb2
+from minikafka.v1 import raft_pb2 as _raft_pb2
 import abc as _abc_1
 import grpc as _grpc
 import sys
@@ -48,6 +49,18 @@ class ControllerServiceStub:
     ElectLeaders: _grpc.UnaryUnaryMultiCallable[_controller_pb2.ElectLeadersRequest, _controller_pb2.ElectLeadersResponse]
     AlterConfigs: _grpc.UnaryUnaryMultiCallable[_controller_pb2.AlterConfigsRequest, _controller_pb2.AlterConfigsResponse]
     InitProducerId: _grpc.UnaryUnaryMultiCallable[_controller_pb2.InitProducerIdRequest, _controller_pb2.InitProducerIdResponse]
+    CreatePartitions: _grpc.UnaryUnaryMultiCallable[_controller_pb2.CreatePartitionsRequest, _controller_pb2.CreatePartitionsResponse]
+    """Add partitions to existing topics (Kafka's CreatePartitions), placed like creation."""
+    DescribePartitionHistory: _grpc.UnaryUnaryMultiCallable[_controller_pb2.DescribePartitionHistoryRequest, _controller_pb2.DescribePartitionHistoryResponse]
+    """The change history of one partition that this controller derived from the metadata
+    records it applied (bounded, in memory): what `minikafka timeline` draws.
+    """
+    DescribeQuorum: _grpc.UnaryUnaryMultiCallable[_raft_pb2.DescribeQuorumRequest, _raft_pb2.DescribeQuorumResponse]
+    """The controller quorum as this controller sees it (any controller answers; the
+    replication state only the leader knows). Every other call on a controller that is
+    not the active one answers NOT_CONTROLLER: callers find the active controller with
+    this call (active, leader_id, leader_address) and retry there.
+    """
 
 @_typing.type_check_only
 class ControllerServiceAsyncStub(ControllerServiceStub):
@@ -67,6 +80,18 @@ class ControllerServiceAsyncStub(ControllerServiceStub):
     ElectLeaders: _aio.UnaryUnaryMultiCallable[_controller_pb2.ElectLeadersRequest, _controller_pb2.ElectLeadersResponse]  # type: ignore[assignment]
     AlterConfigs: _aio.UnaryUnaryMultiCallable[_controller_pb2.AlterConfigsRequest, _controller_pb2.AlterConfigsResponse]  # type: ignore[assignment]
     InitProducerId: _aio.UnaryUnaryMultiCallable[_controller_pb2.InitProducerIdRequest, _controller_pb2.InitProducerIdResponse]  # type: ignore[assignment]
+    CreatePartitions: _aio.UnaryUnaryMultiCallable[_controller_pb2.CreatePartitionsRequest, _controller_pb2.CreatePartitionsResponse]  # type: ignore[assignment]
+    """Add partitions to existing topics (Kafka's CreatePartitions), placed like creation."""
+    DescribePartitionHistory: _aio.UnaryUnaryMultiCallable[_controller_pb2.DescribePartitionHistoryRequest, _controller_pb2.DescribePartitionHistoryResponse]  # type: ignore[assignment]
+    """The change history of one partition that this controller derived from the metadata
+    records it applied (bounded, in memory): what `minikafka timeline` draws.
+    """
+    DescribeQuorum: _aio.UnaryUnaryMultiCallable[_raft_pb2.DescribeQuorumRequest, _raft_pb2.DescribeQuorumResponse]  # type: ignore[assignment]
+    """The controller quorum as this controller sees it (any controller answers; the
+    replication state only the leader knows). Every other call on a controller that is
+    not the active one answers NOT_CONTROLLER: callers find the active controller with
+    this call (active, leader_id, leader_address) and retry there.
+    """
 
 class ControllerServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -149,5 +174,35 @@ class ControllerServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _controller_pb2.InitProducerIdRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_controller_pb2.InitProducerIdResponse, _abc.Awaitable[_controller_pb2.InitProducerIdResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def CreatePartitions(
+        self,
+        request: _controller_pb2.CreatePartitionsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_controller_pb2.CreatePartitionsResponse, _abc.Awaitable[_controller_pb2.CreatePartitionsResponse]]:
+        """Add partitions to existing topics (Kafka's CreatePartitions), placed like creation."""
+
+    @_abc_1.abstractmethod
+    def DescribePartitionHistory(
+        self,
+        request: _controller_pb2.DescribePartitionHistoryRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_controller_pb2.DescribePartitionHistoryResponse, _abc.Awaitable[_controller_pb2.DescribePartitionHistoryResponse]]:
+        """The change history of one partition that this controller derived from the metadata
+        records it applied (bounded, in memory): what `minikafka timeline` draws.
+        """
+
+    @_abc_1.abstractmethod
+    def DescribeQuorum(
+        self,
+        request: _raft_pb2.DescribeQuorumRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_raft_pb2.DescribeQuorumResponse, _abc.Awaitable[_raft_pb2.DescribeQuorumResponse]]:
+        """The controller quorum as this controller sees it (any controller answers; the
+        replication state only the leader knows). Every other call on a controller that is
+        not the active one answers NOT_CONTROLLER: callers find the active controller with
+        this call (active, leader_id, leader_address) and retry there.
+        """
 
 def add_ControllerServiceServicer_to_server(servicer: ControllerServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

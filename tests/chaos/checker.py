@@ -8,6 +8,10 @@ non-monotonic sends. Writes acknowledged with acks=0/1 that went missing land in
 informational `expected-loss` bucket; a scenario whose fault may legitimately lose data
 (an unclean election) names the anomaly types it expects, and they are reported but do
 not make the history invalid.
+
+`check_receipts(ops, discarded)` cross-checks the acknowledged writes reported lost
+against the records the brokers' loss receipts say they discarded (`tests/chaos/receipts.py`
+reads them): exactly those, each at its acknowledged offset.
 """
 
 from __future__ import annotations
@@ -494,4 +498,114 @@ def check(
         counts={kind: len(found[kind]) for kind in error_types},
         anomalies={kind: found[kind][:MAX_EXAMPLES] for kind in error_types},
         stats=stats,
+    )
+
+
+# ---- loss receipts ----------------------------------------------------------------------
+
+
+class DiscardedValue(msgspec.Struct, frozen=True, kw_only=True):
+    """One record found in a broker's loss receipts (its quarantined batches)."""
+
+    key: str
+    offset: int
+    value: int
+    broker: int
+
+
+class ReceiptCheck(msgspec.Struct, frozen=True, kw_only=True):
+    """The checker's lost writes against the brokers' loss receipts.
+
+    `lost`: acknowledged writes the checker reports lost (lost-write, unseen or
+    expected-loss), each `[key, acknowledged offset, value]`. Valid when every one of them
+    is in a receipt at its acknowledged offset (`missing` empty) and every acknowledged
+    write a receipt holds at its acknowledged offset is either reported lost or still
+    read there by the final polls (`unexplained` empty: `refetched` counts those, a copy
+    discarded by one replica while the record stayed). Receipts may also hold values that
+    were never acknowledged (uncommitted tails): counted, allowed. Receipts whose batches
+    were not kept make the check inconclusive (`unverifiable`), so invalid.
+    """
+
+    valid: bool
+    lost: list[list[Any]]
+    missing: list[list[Any]]
+    unexplained: list[list[Any]]
+    refetched: int
+    unacknowledged: int
+    unverifiable: list[str]
+
+    def to_text(self) -> str:
+        lines = [
+            f"loss receipts vs checker: {'VALID' if self.valid else 'INVALID'} "
+            f"(lost acknowledged {len(self.lost)}, in receipts and refetched {self.refetched}, "
+            f"unacknowledged in receipts {self.unacknowledged})"
+        ]
+        for name, rows in (("missing", self.missing), ("unexplained", self.unexplained)):
+            if rows:
+                lines.append(f"-- {name}: {len(rows)}")
+                lines += ["   " + json.dumps(row) for row in rows[:MAX_EXAMPLES]]
+        lines += [f"-- unverifiable: {why}" for why in self.unverifiable[:MAX_EXAMPLES]]
+        return "\n".join(lines)
+
+
+def acknowledged_offsets(ops: Sequence[Op]) -> dict[tuple[str, int], int]:
+    """(key, value) -> offset of every acknowledged send that reported one."""
+    acked: dict[tuple[str, int], int] = {}
+    for op in ops:
+        if op.get("f") == "send" and op["type"] == "ok":
+            for mop in _mops(op, "send"):
+                key, offset, value = _sent_value(mop)
+                if offset is not None:
+                    acked[(key, value)] = offset
+    return acked
+
+
+def read_pairs(ops: Sequence[Op], *, final_only: bool) -> set[tuple[str, int, int]]:
+    """(key, offset, value) read by the polls (the final polls only, if asked)."""
+    return {
+        (key, offset, value)
+        for op in ops
+        if op["type"] == "ok" and op.get("f") == "poll" and (op.get("final") or not final_only)
+        for key, pairs in _poll_pairs(op)
+        for offset, value in pairs
+    }
+
+
+def check_receipts(
+    history: Sequence[Op],
+    discarded: Iterable[DiscardedValue],
+    *,
+    unverifiable: Sequence[str] = (),
+) -> ReceiptCheck:
+    """Cross-check the acknowledged writes the checker reports lost (the same analyses as
+    `check`, unabridged) against the records of every broker's loss receipts."""
+    ops = completions(history)
+    reads = reads_of(ops)
+    has_final = any(op.get("final") for op in ops) or any(_final_polls_ran(op) for op in history)
+    final = reads_of(ops, final_only=True) if has_final else reads
+    orders, _ = version_orders(ops, reads)
+    acked = acknowledged_offsets(ops)
+    reported = {
+        (str(a["key"]), int(a["value"]))
+        for a in lost_writes(orders, reads, writers_of(ops)) + unseen(ops, final)
+    }
+    lost = sorted(
+        (key, acked[(key, value)], value) for key, value in reported if (key, value) in acked
+    )
+    held = {(d.key, d.offset, d.value) for d in discarded}
+    in_receipts = {(k, o, v) for k, o, v in held if acked.get((k, v)) == o}
+    read_finally = read_pairs(ops, final_only=has_final)
+    missing = [list(row) for row in lost if row not in held]
+    lost_set = set(lost)
+    unexplained = [list(row) for row in sorted(in_receipts - lost_set - read_finally)]
+    refetched = len((in_receipts - lost_set) & read_finally)
+    unacknowledged = sum(1 for k, _, v in held if (k, v) not in acked)
+    return ReceiptCheck(
+        valid=not missing and not unexplained and not unverifiable,
+        lost=[list(row) for row in lost],
+        missing=missing,
+        unexplained=unexplained,
+        refetched=refetched,
+        unacknowledged=unacknowledged,
+        unverifiable=list(unverifiable),
     )

@@ -160,6 +160,179 @@ def test_proxy_attributes_connections_to_processes(echo: str, net: ProxyNet) -> 
         child.wait(timeout=10)
 
 
+class EchoServer:
+    """An echo server that records what it received and can die (its connections closed,
+    its port closed) and come back on the same port."""
+
+    def __init__(self) -> None:
+        self.received = bytearray()
+        self._lock = threading.Lock()
+        self._conns: list[socket.socket] = []
+        self._server: socket.socket | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.port = 0
+        self.start()
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        server = socket.create_server(("127.0.0.1", self.port))
+        self.port = server.getsockname()[1]
+        server.settimeout(0.2)
+        self._server = server
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._accept, args=(server, self._stop))
+        self._thread.start()
+
+    def _accept(self, server: socket.socket, stop: threading.Event) -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except (TimeoutError, OSError):
+                continue
+            with self._lock:
+                self._conns.append(conn)
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := conn.recv(4096):
+                with self._lock:
+                    self.received += data
+                conn.sendall(data)
+
+    def die(self) -> None:
+        """Close every connection and stop listening (the process is gone)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        if self._server is not None:
+            self._server.close()
+        with self._lock:
+            conns, self._conns = self._conns, []
+        for conn in conns:  # as the kernel does for a dead process: FIN (shutdown wakes
+            with contextlib.suppress(OSError):  # the serving thread's recv)
+                conn.shutdown(socket.SHUT_RDWR)
+            conn.close()
+
+    def got(self) -> bytes:
+        with self._lock:
+            return bytes(self.received)
+
+
+@pytest.fixture
+def echo_server() -> Iterator[EchoServer]:
+    server = EchoServer()
+    yield server
+    server.die()
+
+
+def recv_exactly(sock: socket.socket, size: int, timeout_s: float = 5.0) -> bytes:
+    sock.settimeout(timeout_s)
+    got = b""
+    while len(got) < size:
+        chunk = sock.recv(4096)
+        if not chunk:
+            break
+        got += chunk
+    return got
+
+
+@pytest.mark.timeout(60)
+def test_one_way_block_holds_one_direction_and_releases_in_order(
+    echo_server: EchoServer, net: ProxyNet
+) -> None:
+    address = net.add("echo", echo_server.address)
+    with dial(address) as sock:
+        assert round_trip(sock, b"warm") == b"warm"
+        # Replies held: the requests still reach the server.
+        net.block_one_way("echo", CLIENT)
+        for part in (b"a", b"bb", b"ccc"):
+            sock.sendall(part)
+        wait_until(lambda: echo_server.got() == b"warmabbccc", timeout_s=5, what="requests")
+        sock.settimeout(0.5)
+        with pytest.raises(TimeoutError):
+            sock.recv(4096)
+        net.unblock_one_way("echo", CLIENT)
+        assert recv_exactly(sock, 6) == b"abbccc"  # delivered late, in order
+        # Requests held: nothing reaches the server, so nothing comes back.
+        net.block_one_way(CLIENT, "echo")
+        sock.sendall(b"later")
+        sock.settimeout(0.5)
+        with pytest.raises(TimeoutError):
+            sock.recv(4096)
+        assert echo_server.got() == b"warmabbccc"
+        net.unblock_one_way(CLIENT, "echo")
+        assert recv_exactly(sock, 5) == b"later"
+
+
+@pytest.mark.timeout(60)
+def test_one_way_delay_slows_only_that_direction(echo_server: EchoServer, net: ProxyNet) -> None:
+    address = net.add("echo", echo_server.address)
+    with dial(address) as sock:
+        assert round_trip(sock, b"warm") == b"warm"
+        net.delay_one_way("echo", CLIENT, 400)
+        started = time.monotonic()
+        sock.sendall(b"x")
+        wait_until(lambda: echo_server.got().endswith(b"x"), timeout_s=5, what="the request")
+        arrived_s = time.monotonic() - started
+        assert recv_exactly(sock, 1) == b"x"
+        returned_s = time.monotonic() - started
+        assert arrived_s < 0.3  # the request was not delayed ...
+        assert returned_s >= 0.4  # ... the reply was
+        # A delay line, not a queue of sleeps: back-to-back chunks keep their spacing.
+        started = time.monotonic()
+        for part in (b"1", b"2", b"3", b"4"):
+            sock.sendall(part)
+            time.sleep(0.05)  # the spacing of the sends under test
+        assert recv_exactly(sock, 4) == b"1234"
+        assert 0.4 <= time.monotonic() - started < 1.2
+        net.heal()
+        started = time.monotonic()
+        assert round_trip(sock, b"fast") == b"fast"
+        assert time.monotonic() - started < 0.3
+
+
+@pytest.mark.timeout(60)
+def test_a_server_death_resets_its_peers_unless_swallowed(
+    echo_server: EchoServer, net: ProxyNet
+) -> None:
+    address = net.add("echo", echo_server.address)
+    with dial(address) as plain:
+        assert round_trip(plain, b"hi") == b"hi"
+        echo_server.die()
+        plain.settimeout(5)
+        with pytest.raises(ConnectionResetError):
+            exchange_twice(plain)
+    echo_server.start()
+    net.swallow_resets("echo")
+    with dial(address) as sock:
+        assert round_trip(sock, b"hi") == b"hi"
+        echo_server.die()
+        wait_until(lambda: net.swallowed(), timeout_s=5, what="the connection swallowed")
+        assert net.swallowed() == [(CLIENT, "echo", "echo")]
+        sock.settimeout(0.5)
+        with pytest.raises(TimeoutError):  # no FIN, no RST: open and silent
+            sock.recv(4096)
+        sock.sendall(b"anyone?")  # dropped while the server is away
+        with pytest.raises(TimeoutError):
+            sock.recv(4096)
+        echo_server.start()
+        with dial(address) as fresh:  # new connections reach the new server ...
+            assert round_trip(fresh, b"new") == b"new"
+        sock.sendall(b"still there?")  # ... the old one stays silent
+        with pytest.raises(TimeoutError):
+            sock.recv(4096)
+        assert net.reset("echo") == 1  # the restarted host answers with an RST
+        sock.settimeout(5)
+        with pytest.raises(ConnectionResetError):
+            exchange_twice(sock)
+        assert echo_server.got() == b"hihinew"
+
+
 # ---- against a real cluster -------------------------------------------------------------
 
 
@@ -290,3 +463,47 @@ def test_a_broker_that_loses_its_port_race_stays_reachable_through_its_proxy(
             assert reply.status == health_pb2.HealthCheckResponse.SERVING
         finally:
             cluster.stop()
+
+
+@pytest.mark.timeout(120)
+def test_swallowed_resets_keep_a_dead_brokers_session_until_it_times_out(
+    tmp_path: Path,
+) -> None:
+    """Killed behind a proxy that swallows the reset, a broker's heartbeat stream does not
+    break: the controller keeps its session (and refuses a new incarnation) until the
+    session timeout, as after a power loss where no RST reaches the controller. Without
+    the swallowing the broken stream fences it at once."""
+    session_timeout_s = 6.0
+    cluster = ChaosCluster(
+        tmp_path / "cluster",
+        history=History(),
+        controller_args=["--session-timeout-ms", str(int(session_timeout_s * 1000))],
+    )
+    try:
+        cluster.start()
+        cluster.kill(2)  # not swallowed: the stream breaks, fenced long before the timeout
+        started = time.monotonic()
+        cluster.wait_fenced(2, timeout_s=session_timeout_s / 2)
+        assert time.monotonic() - started < session_timeout_s / 2
+        cluster.start_broker(2)
+        cluster.wait_active(3)
+        cluster.swallow_resets(broker_name(3))
+        cluster.kill(3)
+        killed = time.monotonic()
+        cluster.start_broker(3)  # a new incarnation while the old session lives
+        # Its host answers the controller's requests to the old incarnation with an RST
+        # (the controller's channel reconnects); the heartbeat stream stays silent.
+        cluster.reset_connections_to(broker_name(3))
+        cluster.wait_fenced(3, timeout_s=2 * session_timeout_s)
+        fenced_after_s = time.monotonic() - killed
+        assert fenced_after_s >= session_timeout_s * 0.8, fenced_after_s
+        log = cluster.controller.log_text()
+        assert "broker 3 heartbeat stream broke" not in log
+        assert "broker 3 missed heartbeats" in log
+        assert "DUPLICATE_BROKER_REGISTRATION" in cluster.brokers[3].log_text()
+        cluster.wait_active(3)  # registered once the old session expired
+        assert (broker_name(3), "controller", broker_name(3)) in cluster.net.swallowed()
+        cluster.heal_network()
+        wait_until(lambda: not cluster.net.swallowed(), timeout_s=5, what="swallowed reset")
+    finally:
+        cluster.stop()

@@ -26,7 +26,10 @@ from tests.chaos.history import History, key_of
 
 logger = logging.getLogger(__name__)
 
-#: Errors that prove a single produce attempt appended nothing.
+#: Errors that prove a single produce attempt appended nothing, when the answer also says
+#: it was given before the append (`exc.indefinite` false). NOT_LEADER_OR_FOLLOWER is one
+#: of them: the broker marks it indefinite when a parked acks=all request lost the
+#: leadership after appending.
 DEFINITE_CODES = frozenset(
     {
         ErrorCode.NOT_ENOUGH_REPLICAS,
@@ -44,9 +47,17 @@ VALUE_STRIDE = 10**6
 
 
 def classify(exc: BaseException, *, single_attempt: bool) -> str:
-    """`fail` (definitely not written) or `info` (may or may not have been written)."""
-    code = getattr(exc, "errno", None)
-    if single_attempt and isinstance(exc, MiniKafkaClientError) and code in DEFINITE_CODES:
+    """`fail` (definitely not written) or `info` (may or may not have been written).
+
+    Definite only for a single attempt refused with a code of `DEFINITE_CODES` that the
+    client does not mark indefinite (an answer given after the append, a timeout or a
+    lost connection is indefinite: the write may still be committed)."""
+    if (
+        single_attempt
+        and isinstance(exc, MiniKafkaClientError)
+        and exc.errno in DEFINITE_CODES
+        and not exc.indefinite
+    ):
         return "fail"
     return "info"
 

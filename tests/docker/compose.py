@@ -23,7 +23,8 @@ COMPOSE_FILE = DEPLOY / "docker-compose.yml"
 #: Kept between runs as a layer cache, like the base image; rebuilt when the code changes.
 TEST_IMAGE = "minikafka:compose-test"
 DEFAULT_PYTHON_IMAGE = "python:3.11-slim"
-CLUSTER_SERVICES = ("controller", "broker-1", "broker-2", "broker-3")
+CONTROLLER_SERVICES = ("controller-1", "controller-2", "controller-3")
+CLUSTER_SERVICES = (*CONTROLLER_SERVICES, "broker-1", "broker-2", "broker-3")
 
 
 def _succeeds(command: Sequence[str], timeout_s: float = 20.0) -> bool:
@@ -135,8 +136,8 @@ class ComposeProject:
         )
         self.env["MINIKAFKA_PYTHON_IMAGE"] = python_image
         previous = image_id(TEST_IMAGE)
-        # All four services share the image; building it through one service builds it once.
-        self.compose("build", "controller", timeout_s=max(deadline - time.monotonic(), 1.0))
+        # All the services share the image; building it through one service builds it once.
+        self.compose("build", "controller-1", timeout_s=max(deadline - time.monotonic(), 1.0))
         current = image_id(TEST_IMAGE)
         if previous is not None and previous != current:
             # Our own superseded test image: drop it so repeated runs do not pile up images.
@@ -179,6 +180,11 @@ class ComposeProject:
     def kill(self, service: str) -> None:
         """SIGKILL the service's container (`docker kill`): no controlled shutdown."""
         run(["docker", "kill", self.container(service)], timeout_s=30)
+
+    def start(self, service: str, timeout_s: float) -> None:
+        """Start a stopped service's container again (same volume) and wait until healthy."""
+        run(["docker", "start", self.container(service)], timeout_s=30)
+        self.wait_healthy([service], timeout_s)
 
     def logs(self, tail_lines: int = 60) -> str:
         try:

@@ -1,5 +1,7 @@
 """The docker-compose cluster for real: build, start, produce/consume from the host, kill the
-leader of a partition, and check that a new leader serves and no acknowledged record is lost.
+leader of a partition, and check that a new leader serves and no acknowledged record is lost;
+then kill the active controller and check that the quorum's successor still creates a topic
+and moves a leader.
 
 Skips (with the reason) where there is no Docker engine or Compose tool; everything it creates
 (containers, network, volumes) is removed in `finally`. The base image and the test image stay
@@ -18,7 +20,7 @@ import pytest
 
 from client import Consumer, Producer, TopicPartition
 from minikafka.errors import ErrorCode
-from minikafka.v1 import broker_pb2, broker_pb2_grpc, controller_pb2
+from minikafka.v1 import broker_pb2, broker_pb2_grpc, controller_pb2, raft_pb2
 from tests.docker.compose import (
     CLUSTER_SERVICES,
     ComposeProject,
@@ -227,6 +229,68 @@ def test_host_clients_survive_leader_kill(project: ComposeProject) -> None:
         assert not changed, f"records changed after failover at (partition, offset) {changed[:20]}"
         # The producer is idempotent (acks=all): its retries across the failover add nothing.
         assert len(consumed) == len(acked), sorted(set(consumed) - set(acked))[:20]
+
+
+def test_active_controller_kill_keeps_metadata_changes_working(project: ComposeProject) -> None:
+    """kill -9 of the active controller (a container of the quorum): the other two elect a
+    successor, which creates a topic (asked through a broker, which follows the active
+    controller) and elects a new leader when a partition leader dies."""
+    with project.logs_on_failure(), host_view(project) as view:
+        for broker in ("broker-1", "broker-2", "broker-3"):
+            if project.state(broker)["Running"] is False:  # the previous test's victim
+                project.start(broker, START_TIMEOUT_S)
+        wait_until(
+            lambda: view.active_brokers(1) == 3,
+            timeout_s=START_TIMEOUT_S,
+            interval_s=0.5,
+            what="3 active brokers",
+        )
+        before = view.stub(1).DescribeQuorum(raft_pb2.DescribeQuorumRequest(), timeout=10)
+        assert before.active
+        assert sorted(v.node_id for v in before.voters) == [1, 2, 3]
+        project.kill(f"controller-{before.leader_id}")
+
+        def successor() -> raft_pb2.DescribeQuorumResponse | None:
+            try:
+                reply = view.stub(2).DescribeQuorum(raft_pb2.DescribeQuorumRequest(), timeout=5)
+            except grpc.RpcError:
+                return None
+            return reply if reply.active and reply.leader_id != before.leader_id else None
+
+        after = wait_until(
+            successor, timeout_s=FAILOVER_TIMEOUT_S, interval_s=0.2, what="a new active controller"
+        )
+        assert after.leader_epoch > before.leader_epoch
+        created = view.stub(3).CreateTopics(
+            controller_pb2.CreateTopicsRequest(
+                topics=[
+                    controller_pb2.CreatableTopic(
+                        name="after-controller-kill", num_partitions=1, replication_factor=3
+                    )
+                ]
+            ),
+            timeout=30,
+        )
+        assert created.topics[0].error_code == ErrorCode.NONE, created.topics[0].error_message
+        victim, epoch = view.leader(0, via=1)
+        survivor = next(b for b in project.broker_ports if b != victim)
+        project.kill(f"broker-{victim}")
+
+        def moved() -> int | None:
+            try:
+                leader, new_epoch = view.leader(0, via=survivor)
+            except (grpc.RpcError, KeyError):
+                return None
+            if leader in (victim, -1) or new_epoch <= epoch:
+                return None
+            return leader if view.serves(leader, 0) else None
+
+        wait_until(
+            moved,
+            timeout_s=FAILOVER_TIMEOUT_S,
+            interval_s=0.2,
+            what=f"a new leader of {TOPIC}-0 elected by the new active controller",
+        )
 
 
 def consume_all(bootstrap: str, expected: int) -> dict[tuple[int, int], bytes]:

@@ -44,9 +44,13 @@ def mk(
         ["topic", "list"],
         ["topic", "delete"],
         ["topic", "alter-config"],
+        ["topic", "alter"],
+        ["get-offsets"],
+        ["timeline"],
         ["leader-election"],
         ["cluster", "status"],
         ["log", "dump"],
+        ["log", "lost"],
     ],
     ids=lambda c: "-".join(c) or "main",
 )
@@ -90,8 +94,8 @@ def test_topic_produce_consume_round_trip(standalone_broker: StandaloneBroker) -
     assert sorted(out) == ["alice=1", "bob=2", "carol=3"]
     described = mk("topic", "describe", "orders", *b).stdout
     assert (
-        "Topic: orders\tPartitionCount: 2\tReplicationFactor: 1\tConfigs: retention.ms=-1"
-        in described
+        "Topic: orders\tPartitionCount: 2\tReplicationFactor: 1\t"
+        "Configs: min.insync.replicas=1,retention.ms=-1" in described
     )
     assert "\n\tTopic: orders\tPartition: 1\tLeader: 1\tReplicas: 1\tIsr: 1\n" in described
     mk("topic", "alter-config", "orders", "--set", "retention.ms=1000", *b)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from minikafka.devcluster import DevCluster, StartupInterrupted, wait_serving
+from minikafka_cli.devcluster import DevCluster, StartupInterrupted, wait_serving
 from tests.integration.conftest import StandaloneBroker
 from tests.integration.test_cli import mk
 from tests.support.cluster import running_cluster
@@ -249,7 +249,10 @@ def test_options_file_errors_and_precedence(
     # MINIKAFKA_CONFIG_FILE names the file too.
     mk("topic", "create", "fromfile", env={"MINIKAFKA_CONFIG_FILE": str(shared)})
     described = mk("topic", "describe", "fromfile", "--bootstrap-server", b).stdout
-    assert "PartitionCount: 2\tReplicationFactor: 1\tConfigs: retention.ms=7000" in described
+    assert (
+        "PartitionCount: 2\tReplicationFactor: 1\tConfigs: min.insync.replicas=1,retention.ms=7000"
+        in described
+    )
     # Flags win over the environment, which wins over the file.
     env = {"MINIKAFKA_PARTITIONS": "3"}
     mk("topic", "create", "fromenv", "--config-file", str(shared), env=env)

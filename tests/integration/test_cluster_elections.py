@@ -141,7 +141,7 @@ def test_unclean_election_only_when_allowed_and_loss_is_visible(tmp_path: Path) 
         assert [row[3] for row in read_all(cluster.stub(stale), "u")] == [b"old"]
         with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as page:
             metrics = page.read().decode()
-        assert "unclean_leader_elections_total 1.0" in metrics
+        assert "minikafka_controller_unclean_leader_elections_total 1.0" in metrics
         assert "WARNING" in cluster.controller.log_text()
 
 

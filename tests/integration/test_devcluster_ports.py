@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from minikafka.devcluster import _port_is_free
+from minikafka_cli.devcluster import _port_is_free
 
 pytestmark = pytest.mark.integration
 

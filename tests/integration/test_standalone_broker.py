@@ -154,7 +154,10 @@ def test_list_offsets_and_metadata(stub: broker_pb2_grpc.BrokerServiceStub) -> N
 
 def test_kill9_during_produce_keeps_acknowledged_records(tmp_path: Path) -> None:
     data_dir = tmp_path / "broker-1"
-    process = standalone_broker_process(data_dir).start()
+    process = standalone_broker_process(
+        data_dir,
+        extra=["--min-segment-bytes", "1024"],  # small segments roll often
+    ).start()
     acknowledged: list[tuple[int, bytes]] = []
     try:
         with grpc.insecure_channel(process.address) as channel:
@@ -284,7 +287,10 @@ def test_producer_state_is_rebuilt_from_snapshots_after_restarts(tmp_path: Path)
     clean restart, a crash, and with the newest snapshot damaged, the broker still
     recognises a resent batch as a duplicate and still enforces the next sequence."""
     data_dir = tmp_path / "broker-1"
-    process = standalone_broker_process(data_dir).start()
+    process = standalone_broker_process(
+        data_dir,
+        extra=["--min-segment-bytes", "1024"],  # small segments roll often
+    ).start()
     topic_dir = data_dir / "idem-0"
 
     def check(next_sequence: int) -> None:

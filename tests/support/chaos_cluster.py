@@ -5,20 +5,27 @@ every server: brokers advertise their proxy and reach the controller through its
 and the test's clients bootstrap through the brokers' proxies, so network faults act on
 every link. Observation (describe, leader, replica logs) bypasses the proxies.
 
+With a controller quorum (`controllers=N`), the controllers are processes `c1..cN` and
+reach each other through their proxies too (`--quorum` names the proxies), so a
+controller can be cut off from its peers and the brokers; observation asks the active
+controller (found with `DescribeQuorum`).
+
 Every nemesis action is recorded in the history (process "nemesis") when one is given.
 """
 
 from __future__ import annotations
 
 import random
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import grpc
 
+from minikafka.errors import ErrorCode
 from minikafka.record_batch import CorruptBatchError, iter_batches
-from minikafka.v1 import common_pb2, controller_pb2, controller_pb2_grpc
+from minikafka.v1 import common_pb2, controller_pb2, controller_pb2_grpc, raft_pb2
 from tests.chaos.history import History
 from tests.support.chaos_proxy import ProxyNet
 from tests.support.cluster import Cluster, wait_until
@@ -41,6 +48,11 @@ def broker_name(broker_id: int) -> str:
     return f"b{broker_id}"
 
 
+def controller_name(node_id: int) -> str:
+    """A quorum member's process name in the proxy net (a lone controller: "controller")."""
+    return f"c{node_id}"
+
+
 class ChaosCluster(Cluster):
     def __init__(
         self,
@@ -51,6 +63,7 @@ class ChaosCluster(Cluster):
         controller_args: list[str] | None = None,
         history: History | None = None,
         lazy_fs: bool = False,
+        controllers: int = 1,
     ) -> None:
         """`lazy_fs`: every broker's data directory is a lazy file system
         (`tests.support.lazyfs`), which `power_loss` needs."""
@@ -59,18 +72,37 @@ class ChaosCluster(Cluster):
             brokers=brokers,
             broker_args=[*FAST_BROKER_ARGS, *(broker_args or [])],
             controller_args=[*FAST_CONTROLLER_ARGS, *(controller_args or [])],
+            controllers=controllers,
         )
         self.history = history
         self.net = ProxyNet(self._pids)
         # Upstreams are read per connection: a server that lost its port race at start
         # moves to another port (`ServerProcess.wait_healthy`), its proxy follows.
-        controller_proxy = self.net.add("controller", lambda: self.controller.address)
+        self.controller_proxy: dict[int, str] = {}
+        if controllers == 1:
+            controller_proxy = self.net.add("controller", lambda: self.controller.address)
+            self.controller_proxy[0] = controller_proxy
+        else:
+            for node_id, process in self.controllers.items():
+                self.controller_proxy[node_id] = self.net.add(
+                    controller_name(node_id), _address_of(process)
+                )
+            quorum = ",".join(
+                f"{node_id}@{address}" for node_id, address in self.controller_proxy.items()
+            )
+            for process in self.controllers.values():
+                process.args[process.args.index("--quorum") + 1] = quorum
+            controller_proxy = ",".join(self.controller_proxy.values())
         self.proxy: dict[int, str] = {}
         for broker_id, process in self.brokers.items():
             self.proxy[broker_id] = self.net.add(broker_name(broker_id), _address_of(process))
             at = process.args.index("--controller")
             process.args[at + 1] = controller_proxy
             process.args += ["--advertise", self.proxy[broker_id]]
+            # Each broker runs on its own simulated machine: a power loss is a reboot (a
+            # new boot id), so a restarted broker cannot claim its page cache survived.
+            process.args += ["--unsafe-test-boot-id", f"chaos-boot-{broker_id}-0"]
+        self.reboots: dict[int, int] = dict.fromkeys(self.brokers, 0)
         self._controller_channel: grpc.Channel | None = None
         self.mounts: dict[int, LazyMount] = {}
         if lazy_fs:
@@ -90,8 +122,13 @@ class ChaosCluster(Cluster):
 
     def _pids(self) -> dict[str, int]:
         pids = {broker_name(b): p.pid for b, p in self.brokers.items() if p.alive()}
-        if self.controller.alive():
-            pids["controller"] = self.controller.pid
+        if len(self.controllers) == 1:
+            if self.controller.alive():
+                pids["controller"] = self.controller.pid
+        else:
+            for node_id, process in self.controllers.items():
+                if process.alive():
+                    pids[controller_name(node_id)] = process.pid
         return pids
 
     @property
@@ -100,7 +137,7 @@ class ChaosCluster(Cluster):
         return list(self.proxy.values())
 
     def stop(self) -> None:
-        for process in [*self.brokers.values(), self.controller]:
+        for process in [*self.brokers.values(), *self.controllers.values()]:
             if process.alive() and process.paused:
                 process.resume()
         super().stop()
@@ -120,19 +157,63 @@ class ChaosCluster(Cluster):
     # ---- observation (straight to the controller, never through a proxy) -------------
 
     def controller_stub(self) -> controller_pb2_grpc.ControllerServiceStub:
+        """The (active) controller, straight (not through a proxy)."""
+        if len(self.controllers) > 1:
+            address = self.controllers[self.active_controller()].address
+            return controller_pb2_grpc.ControllerServiceStub(self._channel_to(address))
         if self._controller_channel is None:
             self._controller_channel = grpc.insecure_channel(self.controller_address)
         return controller_pb2_grpc.ControllerServiceStub(self._controller_channel)
 
-    def describe(self) -> controller_pb2.DescribeClusterResponse:
-        return self.controller_stub().DescribeCluster(
-            controller_pb2.DescribeClusterRequest(), timeout=5
+    def quorum_of(self, node_id: int) -> raft_pb2.DescribeQuorumResponse:
+        """What controller `node_id` says about the quorum (asked directly)."""
+        stub = controller_pb2_grpc.ControllerServiceStub(
+            self._channel_to(self.controllers[node_id].address)
         )
+        reply: raft_pb2.DescribeQuorumResponse = stub.DescribeQuorum(
+            raft_pb2.DescribeQuorumRequest(), timeout=2
+        )
+        return reply
+
+    def active_controller(self, timeout_s: float = 30.0, not_in: tuple[int, ...] = ()) -> int:
+        """The id of the active controller (waiting for one, bounded)."""
+
+        def find() -> tuple[int] | None:
+            for node_id, process in self.controllers.items():
+                if not process.alive() or process.paused or node_id in not_in:
+                    continue
+                try:
+                    if self.quorum_of(node_id).active:
+                        return (node_id,)
+                except grpc.RpcError:
+                    continue
+            return None
+
+        return wait_until(find, timeout_s=timeout_s, what="an active controller")[0]
+
+    def _describe(self, topics: list[str] | None = None) -> controller_pb2.DescribeClusterResponse:
+        """DescribeCluster at the active controller (asking again when it moved meanwhile)."""
+
+        def ask() -> controller_pb2.DescribeClusterResponse | None:
+            try:
+                reply: controller_pb2.DescribeClusterResponse = (
+                    self.controller_stub().DescribeCluster(
+                        controller_pb2.DescribeClusterRequest(topics=topics or []), timeout=5
+                    )
+                )
+            except grpc.RpcError:
+                if len(self.controllers) == 1:
+                    raise
+                return None
+            return None if reply.error_code == ErrorCode.NOT_CONTROLLER else reply
+
+        return wait_until(ask, timeout_s=30, what="DescribeCluster at the active controller")
+
+    def describe(self) -> controller_pb2.DescribeClusterResponse:
+        return self._describe()
 
     def leader_of(self, topic: str, partition: int = 0) -> tuple[int, int, list[int]]:
-        reply = self.controller_stub().DescribeCluster(
-            controller_pb2.DescribeClusterRequest(topics=[topic]), timeout=5
-        )
+        reply = self._describe([topic])
         for part in reply.topics[0].partitions:
             if part.partition == partition:
                 return part.leader, part.leader_epoch, sorted(part.isr)
@@ -145,13 +226,27 @@ class ChaosCluster(Cluster):
             return None
 
     def replicas_of(self, topic: str, partition: int) -> list[int]:
-        reply = self.controller_stub().DescribeCluster(
-            controller_pb2.DescribeClusterRequest(topics=[topic]), timeout=5
-        )
+        reply = self._describe([topic])
         for part in reply.topics[0].partitions:
             if part.partition == partition:
                 return sorted(part.replicas)
         raise KeyError((topic, partition))
+
+    def assignment_of(self, topic: str, partition: int) -> list[int]:
+        """The replicas in assignment order (the first is the preferred leader; elections
+        take the first eligible one)."""
+        reply = self._describe([topic])
+        for part in reply.topics[0].partitions:
+            if part.partition == partition:
+                return list(part.replicas)
+        raise KeyError((topic, partition))
+
+    def broker_epoch(self, broker_id: int) -> int:
+        """The broker epoch the controller holds for `broker_id` (-1: not registered)."""
+        for broker in self.describe().brokers:
+            if broker.endpoint.broker_id == broker_id:
+                return int(broker.broker_epoch)
+        return -1
 
     def wait_full_isr(self, topic: str, partitions: int, timeout_s: float = 40.0) -> None:
         """Until every partition's ISR holds all its replicas."""
@@ -170,6 +265,7 @@ class ChaosCluster(Cluster):
         keep = rng.randrange(size * 2 // 3, size)
         with segment.open("r+b") as data:
             data.truncate(keep)
+        self.reboot(broker_id)  # a power loss: the machine restarts too
         info = {"segment": segment.name, "size": size, "kept": keep}
         self.record("truncate", broker=broker_id, topic=topic, partition=partition, **info)
         return info
@@ -184,15 +280,24 @@ class ChaosCluster(Cluster):
         self.record("kill", broker=broker_id)
         self.brokers[broker_id].kill()
 
+    def reboot(self, broker_id: int) -> None:
+        """The broker's (simulated) machine restarts: its next start sees a new boot id."""
+        self.reboots[broker_id] += 1
+        args = self.brokers[broker_id].args
+        at = args.index("--unsafe-test-boot-id")
+        args[at + 1] = f"chaos-boot-{broker_id}-{self.reboots[broker_id]}"
+
     def power_loss(self, broker_id: int) -> None:
         """Power failure of a broker's machine: kill -9, and every write it had not
-        fsynced is gone (its lazy file system drops them). Needs `lazy_fs=True`."""
+        fsynced is gone (its lazy file system drops them); the machine reboots (a new boot
+        id). Needs `lazy_fs=True`."""
         mount = self.mounts.get(broker_id)
         assert mount is not None, "power_loss needs a cluster started with lazy_fs=True"
         self.record("power-loss", broker=broker_id)
         if self.brokers[broker_id].alive():
             self.brokers[broker_id].kill()
         mount.power_loss()
+        self.reboot(broker_id)
 
     def start_broker(self, broker_id: int) -> None:
         self.record("start", broker=broker_id)
@@ -212,6 +317,53 @@ class ChaosCluster(Cluster):
         self.record("resume", broker=broker_id)
         self.brokers[broker_id].resume()
 
+    def wipe_data_dir(self, broker_id: int) -> list[str]:
+        """The disk of a STOPPED broker is wiped (or replaced by an empty one): every entry
+        of its data directory is deleted, the directory itself (a mount point with
+        `lazy_fs`) stays. Returns the names deleted."""
+        assert not self.brokers[broker_id].alive(), "wipe only a stopped broker"
+        data_dir = self.root / f"broker-{broker_id}"
+        deleted = sorted(entry.name for entry in data_dir.iterdir())
+        for entry in data_dir.iterdir():
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+        self.record("wipe", broker=broker_id, deleted=deleted)
+        return deleted
+
+    # ---- network nemeses (process names: `broker_name(id)`, "controller", "client") ---
+
+    def block_one_way(self, src: str, dst: str) -> None:
+        """Hold the bytes flowing from `src` to `dst` (the reverse direction flows)."""
+        self.record("block-one-way", src=src, dst=dst)
+        self.net.block_one_way(src, dst)
+
+    def unblock_one_way(self, src: str, dst: str) -> None:
+        """Deliver what `block_one_way(src, dst)` held, in order, and let it flow again."""
+        self.record("unblock-one-way", src=src, dst=dst)
+        self.net.unblock_one_way(src, dst)
+
+    def delay_one_way(self, src: str, dst: str, delay_ms: float) -> None:
+        self.record("delay-one-way", src=src, dst=dst, delay_ms=delay_ms)
+        self.net.delay_one_way(src, dst, delay_ms)
+
+    def swallow_resets(self, name: str) -> None:
+        """When `name` dies, its peers' connections stay open and silent (no FIN, no RST)
+        until it is back: the controller keeps a dead broker's session until it times out."""
+        self.record("swallow-resets", process=name)
+        self.net.swallow_resets(name)
+
+    def reset_connections_to(self, name: str) -> int:
+        """RST every connection to `name`, swallowed ones included (a restarted host
+        answering its peers' retransmissions); returns how many."""
+        self.record("reset", process=name)
+        return self.net.reset(name)
+
+    def heal_network(self) -> None:
+        self.record("heal-network")
+        self.net.heal()
+
     def wait_fenced(self, broker_id: int, timeout_s: float = 20.0) -> None:
         """Until the controller considers `broker_id` gone (session expiry)."""
 
@@ -230,13 +382,32 @@ class ChaosCluster(Cluster):
         self.wait_fenced(broker_id)
         self.start_broker(broker_id)
 
-    def kill_controller(self) -> None:
-        self.record("kill-controller")
-        self.controller.kill()
+    def kill_controller(self, node_id: int | None = None) -> None:
+        """kill -9 of a controller (the only one when `node_id` is None)."""
+        process = self.controller if node_id is None else self.controllers[node_id]
+        self.record("kill-controller", controller=node_id)
+        process.kill()
 
-    def start_controller(self) -> None:
-        self.record("start-controller")
-        self.controller.start()
+    def start_controller(self, node_id: int | None = None) -> None:
+        """Start a controller again; a member of a quorum is healthy once it runs (it need
+        not be, or become, the active one)."""
+        process = self.controller if node_id is None else self.controllers[node_id]
+        self.record("start-controller", controller=node_id)
+        if len(self.controllers) == 1:
+            process.start()
+        else:
+            process.start(wait=False)
+            wait_healthy(process.address, proc=process.proc)
+
+    def wipe_controller(self, node_id: int) -> list[str]:
+        """The disk of a STOPPED controller is replaced by an empty one."""
+        process = self.controllers[node_id]
+        assert not process.alive(), "wipe only a stopped controller"
+        data_dir = Path(process.args[process.args.index("--data-dir") + 1])
+        deleted = sorted(entry.name for entry in data_dir.iterdir()) if data_dir.exists() else []
+        shutil.rmtree(data_dir, ignore_errors=True)
+        self.record("wipe-controller", controller=node_id, deleted=deleted)
+        return deleted
 
     def elect(self, topic: str, partition: int, kind: str = "preferred") -> int:
         """Ask the controller for a preferred or unclean election; returns the error code."""

@@ -5,13 +5,27 @@ Each server (controller, broker) gets one proxy; brokers advertise their proxy
 byte between processes, and between the test's clients and the cluster, crosses a proxy.
 The proxy attributes each accepted connection to the process that opened it (the peer
 port's socket inode, looked up in /proc), so faults act on directed links between
-named processes:
+named processes. A connection opened by `origin` to `dest` carries two flows of bytes:
+origin -> dest (requests) and dest -> origin (responses).
 
 - `block(src, dst)`: a blackhole. Bytes from `src` to `dst` (and the replies on those
   connections) are held, not forwarded: the connection stays open and passes nothing,
   which is what a partition looks like to an HTTP/2 stream. `heal()` lets them flow.
+- `block_one_way(src, dst)`: hold only the bytes flowing from process `src` to process
+  `dst`, on every connection between them whichever side opened it; the other direction
+  keeps flowing. `unblock_one_way` releases the held bytes, in order: with the flow
+  leader -> follower this is a fetch response held for a while and then delivered late.
 - `delay(dst, ms)`: latency added to every chunk forwarded to or from `dst`.
+- `delay_one_way(src, dst, ms)`: latency added only to the bytes flowing from `src` to
+  `dst` (a delay line: each chunk is forwarded `ms` after it arrived, in order).
 - `reset(dst)`: RST every connection to `dst` (new ones are served normally).
+- `swallow_resets(name)`: when process `name` dies, its peers are not told: each of its
+  connections stays open and silent on the peer's side (what a power loss or a frozen
+  host looks like, where no FIN or RST is sent): the controller keeps a dead broker's
+  heartbeat stream, and so its session, until the session times out. Bytes the peer
+  sends are dropped, also after `name` is back; new connections reach the new process.
+  `reset(name)` resets the swallowed connections to `name` (as the restarted host's
+  kernel answers a retransmitted request), `heal()` every swallowed connection.
 
 The clients of the test process are the origin `"client"`; connections from processes
 that are not registered are `"other"` and are never faulted.
@@ -61,6 +75,15 @@ def _pid_holds(pid: int, inode: str) -> bool:
     return False
 
 
+#: How often a swallowed connection checks whether its dead side came back.
+SWALLOW_POLL_S = 0.1
+#: Chunks a delay line holds per direction (bounded: a slow link backs up into TCP).
+DELAY_LINE_CHUNKS = 1024
+#: `_pump` results: which side of the proxied connection ended it.
+DOWN = "down"  # the side that opened the connection (origin)
+UP = "up"  # the server behind the proxy (dest)
+
+
 class _Link:
     """One proxied connection (origin -> destination)."""
 
@@ -68,6 +91,8 @@ class _Link:
         self.origin = origin
         self.dest = dest
         self.writers: list[asyncio.StreamWriter] = [down]
+        #: The name of the dead side while the connection is swallowed.
+        self.swallowed: str | None = None
 
 
 class ProxyNet:
@@ -81,7 +106,10 @@ class ProxyNet:
         self._servers: dict[str, asyncio.Server] = {}
         self.addresses: dict[str, str] = {}
         self._blocked: set[tuple[str, str]] = set()
+        self._held_flows: set[tuple[str, str]] = set()
         self._delay_ms: dict[str, float] = {}
+        self._flow_delay_ms: dict[tuple[str, str], float] = {}
+        self._swallowing: set[str] = set()
         self._links: set[_Link] = set()
         self._changed = self._call(self._new_event())
         #: (origin, dest) of every accepted connection, for self-tests and debugging.
@@ -158,43 +186,110 @@ class ProxyNet:
             return
         link.writers.append(up_writer)
         self._links.add(link)
+        pumps = [
+            asyncio.create_task(self._pump(link, down_reader, up_writer, (origin, dest), DOWN)),
+            asyncio.create_task(self._pump(link, up_reader, down_writer, (dest, origin), UP)),
+        ]
         try:
-            await asyncio.gather(
-                self._pump(link, down_reader, up_writer), self._pump(link, up_reader, down_writer)
-            )
+            done, _ = await asyncio.wait(pumps, return_when=asyncio.FIRST_COMPLETED)
+            ended = next(iter(done)).result()
+            dead = origin if ended == DOWN else dest
+            if dead in self._swallowing:
+                for pump in pumps:
+                    pump.cancel()
+                await asyncio.gather(*pumps, return_exceptions=True)
+                _abort(down_writer if ended == DOWN else up_writer)
+                await self._swallow(link, dead, up_reader if ended == DOWN else down_reader)
         finally:
+            for pump in pumps:
+                pump.cancel()
+            await asyncio.gather(*pumps, return_exceptions=True)
             self._links.discard(link)
             for writer in link.writers:
-                writer.close()
+                _abort(writer)
+
+    def _held(self, link: _Link, flow: tuple[str, str]) -> bool:
+        return (link.origin, link.dest) in self._blocked or flow in self._held_flows
 
     async def _pump(
-        self, link: _Link, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
+        self,
+        link: _Link,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        flow: tuple[str, str],
+        reader_side: str,
+    ) -> str:
+        """Forward one direction through a delay line; returns the side (DOWN or UP) whose
+        end of the connection closed or failed."""
+        writer_side = UP if reader_side == DOWN else DOWN
+        line: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue(DELAY_LINE_CHUNKS)
+        loop = asyncio.get_running_loop()
+
+        async def feed() -> None:
+            try:
+                while True:
+                    while self._held(link, flow):
+                        await self._changed.wait()
+                    data = await reader.read(CHUNK_BYTES)
+                    delay_ms = max(
+                        self._delay_ms.get(link.dest, 0.0), self._flow_delay_ms.get(flow, 0.0)
+                    )
+                    await line.put((loop.time() + delay_ms / 1000, data))
+                    if not data:
+                        return
+            except (ConnectionError, OSError):
+                await line.put((loop.time(), b""))
+
+        feeder = asyncio.create_task(feed())
         try:
             while True:
-                while (link.origin, link.dest) in self._blocked:
-                    await self._changed.wait()
-                data = await reader.read(CHUNK_BYTES)
+                due, data = await line.get()
                 if not data:
-                    break
-                while (link.origin, link.dest) in self._blocked:
+                    return reader_side
+                wait_s = due - loop.time()
+                if wait_s > 0:
+                    await asyncio.sleep(wait_s)
+                while self._held(link, flow):
                     await self._changed.wait()
-                delay_ms = self._delay_ms.get(link.dest, 0.0)
-                if delay_ms:
-                    await asyncio.sleep(delay_ms / 1000)
-                writer.write(data)
-                await writer.drain()
-        except (ConnectionError, OSError):
-            pass
+                try:
+                    writer.write(data)
+                    await writer.drain()
+                except (ConnectionError, OSError):
+                    return writer_side
         finally:
-            for other in link.writers:
-                _abort(other)
+            feeder.cancel()
+            await asyncio.gather(feeder, return_exceptions=True)
+
+    async def _swallow(self, link: _Link, dead: str, live_reader: asyncio.StreamReader) -> None:
+        """Keep the live side of a connection whose other side died open and silent (what it
+        sends is dropped) until it closes, `reset` resets it or the swallowing stops
+        (`heal`). The caller then resets the live side."""
+        link.swallowed = dead
+        while dead in self._swallowing:
+            try:
+                data = await asyncio.wait_for(live_reader.read(CHUNK_BYTES), SWALLOW_POLL_S)
+            except TimeoutError:
+                data = None
+            except (ConnectionError, OSError):
+                return
+            if data == b"":
+                return
 
     # ---- faults --------------------------------------------------------------------
 
     def block(self, src: str, dst: str) -> None:
         """Blackhole the directed link src -> dst (connections src opened to dst)."""
         self._apply(lambda: self._blocked.add((src, dst)))
+
+    def block_one_way(self, src: str, dst: str) -> None:
+        """Hold every byte flowing from process `src` to process `dst` (requests on the
+        connections `src` opened to `dst`, responses on those `dst` opened to `src`); the
+        reverse direction keeps flowing."""
+        self._apply(lambda: self._held_flows.add((src, dst)))
+
+    def unblock_one_way(self, src: str, dst: str) -> None:
+        """Release what `block_one_way(src, dst)` held: the bytes are delivered in order."""
+        self._apply(lambda: self._held_flows.discard((src, dst)))
 
     def partition(self, side_a: set[str], side_b: set[str]) -> None:
         """Cut every link between the two sides, in both directions."""
@@ -214,6 +309,27 @@ class ProxyNet:
     def delay(self, dst: str, delay_ms: float) -> None:
         self._apply(lambda: self._delay_ms.__setitem__(dst, delay_ms))
 
+    def delay_one_way(self, src: str, dst: str, delay_ms: float) -> None:
+        """Add `delay_ms` of latency to the bytes flowing from `src` to `dst` only."""
+        self._apply(lambda: self._flow_delay_ms.__setitem__((src, dst), delay_ms))
+
+    def swallow_resets(self, name: str) -> None:
+        """From now on, when process `name` dies its peers' connections stay open and
+        silent instead of being reset (see the module docstring)."""
+        self._apply(lambda: self._swallowing.add(name))
+
+    def swallowed(self) -> list[tuple[str, str, str]]:
+        """(origin, dest, dead side's name) of every connection being swallowed now."""
+
+        async def run() -> list[tuple[str, str, str]]:
+            return sorted(
+                (link.origin, link.dest, link.swallowed)
+                for link in self._links
+                if link.swallowed is not None
+            )
+
+        return self._call(run())
+
     def reset(self, dst: str) -> int:
         """RST every open connection to `dst`; returns how many were reset."""
 
@@ -227,9 +343,14 @@ class ProxyNet:
         return self._call(run())
 
     def heal(self) -> None:
+        """Remove every fault; connections being swallowed are reset."""
+
         def change() -> None:
             self._blocked.clear()
+            self._held_flows.clear()
             self._delay_ms.clear()
+            self._flow_delay_ms.clear()
+            self._swallowing.clear()
 
         self._apply(change)
 

@@ -1,8 +1,16 @@
-"""A real cluster for tests: one controller and N brokers as processes on 127.0.0.1."""
+"""A real cluster for tests: a controller (or a quorum of them) and N brokers as processes
+on 127.0.0.1.
+
+With `controllers=1` (the default) one controller runs alone as controller 0, as before
+the quorum. With `controllers=N` they are voters 1..N of one quorum (`--quorum`, a shared
+`--cluster-id`); `controllers` maps id -> process, `controller` is the first one (kept for
+the single-controller helpers), and brokers get every address (`--controller A,B,C`).
+"""
 
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -12,7 +20,7 @@ import grpc
 
 from minikafka.errors import ErrorCode
 from minikafka.v1 import broker_pb2, broker_pb2_grpc, controller_pb2
-from tests.support.processes import ServerProcess, free_port
+from tests.support.processes import ServerProcess, free_port, wait_healthy
 
 T = TypeVar("T")
 
@@ -47,24 +55,41 @@ class Cluster:
         broker_args: list[str] | None = None,
         controller_args: list[str] | None = None,
         racks: list[str] | None = None,
+        controllers: int = 1,
     ) -> None:
         self.root = root
-        self.controller_address = f"127.0.0.1:{free_port()}"
-        self.controller = ServerProcess(
-            [
-                "controller",
-                "--id",
-                "0",
-                "--listen",
-                self.controller_address,
-                "--data-dir",
-                str(root / "controller"),
-                "--no-auto-leader-rebalance",
-                *(controller_args or ["--session-timeout-ms", "1500"]),
-            ],
-            address=self.controller_address,
-            log_path=root / "controller.log",
-        )
+        ids = [0] if controllers == 1 else list(range(1, controllers + 1))
+        addresses = {node_id: f"127.0.0.1:{free_port()}" for node_id in ids}
+        quorum: list[str] = []
+        if controllers > 1:
+            quorum = [
+                "--quorum",
+                ",".join(f"{node_id}@{address}" for node_id, address in addresses.items()),
+                "--cluster-id",
+                f"test-{uuid.uuid4().hex[:12]}",
+            ]
+        self.controllers: dict[int, ServerProcess] = {
+            node_id: ServerProcess(
+                [
+                    "controller",
+                    "--id",
+                    str(node_id),
+                    "--listen",
+                    address,
+                    "--data-dir",
+                    str(root / controller_dir(node_id, controllers)),
+                    "--no-auto-leader-rebalance",
+                    *quorum,
+                    *(controller_args or ["--session-timeout-ms", "1500"]),
+                ],
+                address=address,
+                log_path=root / f"{controller_dir(node_id, controllers)}.log",
+            )
+            for node_id, address in addresses.items()
+        }
+        self.controller = self.controllers[ids[0]]
+        #: What brokers are given (`--controller`): every controller, comma-separated.
+        self.controller_address = ",".join(addresses.values())
         self.brokers: dict[int, ServerProcess] = {}
         for broker_id in range(1, brokers + 1):
             address = f"127.0.0.1:{free_port()}"
@@ -90,11 +115,18 @@ class Cluster:
 
     def start(self) -> Cluster:
         self.root.mkdir(parents=True, exist_ok=True)
-        self.controller.start()
-        if self.controller.address != self.controller_address:  # it had to move port
-            self.controller_address = self.controller.address
-            for process in self.brokers.values():
-                process.args[process.args.index("--controller") + 1] = self.controller_address
+        if len(self.controllers) == 1:
+            self.controller.start()
+            if self.controller.address != self.controller_address:  # it had to move port
+                self.controller_address = self.controller.address
+                for process in self.brokers.values():
+                    process.args[process.args.index("--controller") + 1] = self.controller_address
+        else:
+            # Together: a new quorum's voters wait for each other to format.
+            for process in self.controllers.values():
+                process.start(wait=False)
+            for process in self.controllers.values():
+                wait_healthy(process.address, proc=process.proc)
         for process in self.brokers.values():
             process.start(wait=False)
         for process in self.brokers.values():
@@ -109,8 +141,9 @@ class Cluster:
         for process in self.brokers.values():
             if process.alive():
                 process.kill()
-        if self.controller.alive():
-            self.controller.kill()
+        for process in self.controllers.values():
+            if process.alive():
+                process.kill()
 
     @property
     def bootstrap(self) -> str:
@@ -199,7 +232,10 @@ class Cluster:
                 )
             except grpc.RpcError:
                 return None
-            return leader if reply.partitions[0].error_code == ErrorCode.NONE else None
+            # OFFSET_NOT_AVAILABLE: it leads, but its HW is still below the start of its
+            # epoch (KIP-207; after an unclean election it waits for a follower to join).
+            leading = (ErrorCode.NONE, ErrorCode.OFFSET_NOT_AVAILABLE)
+            return leader if reply.partitions[0].error_code in leading else None
 
         return wait_until(
             serving, timeout_s=timeout_s, what=f"a serving leader of {topic}-{partition}"
@@ -213,6 +249,11 @@ class Cluster:
             timeout_s=timeout_s,
             what=f"isr {expected}",
         )
+
+
+def controller_dir(node_id: int, controllers: int) -> str:
+    """A controller's data directory (and log file stem) under the cluster root."""
+    return "controller" if controllers == 1 else f"controller-{node_id}"
 
 
 @contextmanager

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from minikafka.errors import ErrorCode, MiniKafkaError
+from pathlib import Path
+
+import pytest
+
+from minikafka.errors import ErrorCode, MiniKafkaError, code_from_wire, code_name, is_known_code
 from minikafka.v1 import common_pb2
 
 
@@ -39,3 +43,39 @@ def test_error_carries_code_and_policy() -> None:
     fatal = MiniKafkaError(code=ErrorCode.INVALID_REQUIRED_ACKS)
     assert not fatal.retriable
     assert str(fatal) == "INVALID_REQUIRED_ACKS"
+
+
+@pytest.mark.parametrize(
+    ("wire", "code", "name", "known"),
+    [
+        pytest.param(0, ErrorCode.NONE, "NONE", True, id="none"),
+        pytest.param(
+            6, ErrorCode.NOT_LEADER_OR_FOLLOWER, "NOT_LEADER_OR_FOLLOWER", True, id="known"
+        ),
+        pytest.param(
+            -1, ErrorCode.UNKNOWN_SERVER_ERROR, "UNKNOWN_SERVER_ERROR", True, id="minus-1"
+        ),
+        pytest.param(
+            9999, ErrorCode.UNKNOWN_SERVER_ERROR, "error code 9999", False, id="newer-peer"
+        ),
+        pytest.param(-7, ErrorCode.UNKNOWN_SERVER_ERROR, "error code -7", False, id="negative"),
+    ],
+)
+def test_one_mapping_from_wire_numbers(wire: int, code: ErrorCode, name: str, known: bool) -> None:
+    assert code_from_wire(wire) is code
+    assert code_name(wire) == name
+    assert is_known_code(wire) is known
+
+
+def test_no_module_keeps_its_own_code_lookup() -> None:
+    """One home for the wire-number -> ErrorCode mapping: `minikafka.errors`."""
+    root = Path(__file__).resolve().parents[2]
+    offenders = [
+        str(path.relative_to(root))
+        for package in ("minikafka", "minikafka_cli", "broker", "controller", "client")
+        for path in (root / package).rglob("*.py")
+        if "v1" not in path.parts
+        and path != root / "minikafka" / "errors.py"
+        and "ErrorCode._value2member_map_" in path.read_text()
+    ]
+    assert offenders == []

@@ -183,7 +183,9 @@ def test_client_rack_reads_committed_data_from_a_same_rack_follower(cluster: Clu
         finally:
             cluster.brokers[far].resume()
         assert [r.offset for r in seen] == list(range(60))
-        node = consumer._inner._fetch_node(tp)
+        runtime = consumer._inner._runtime
+        assert runtime is not None
+        node = runtime.fetcher._fetch_node(tp)
         assert node is not None
         assert node.broker_id == near
         # The leader pauses: a same-rack consumer keeps reading from its follower (a

@@ -1,171 +1,40 @@
-"""Client error handling against a scripted in-process broker (real gRPC on 127.0.0.1).
+"""The producer's (and metadata refresh's) error handling against a `ScriptedBroker`.
 
-The scripted broker lets each test choose the exact per-partition error codes, so
-retries, idempotent sequence handling and truncation detection are checked
-deterministically, independently of the real broker.
+Each test scripts the exact per-partition answers, so retries, idempotent sequence
+handling and indefinite outcomes are checked deterministically.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 
 import grpc
 import grpc.aio
 import pytest
 
-from client import AsyncConsumer, AsyncProducer, TopicPartition
+from client import AsyncProducer
 from client.errors import (
     KafkaTimeoutError,
-    LogTruncationError,
     MessageSizeTooLargeError,
+    MiniKafkaClientError,
     OutOfOrderSequenceNumberError,
     UnknownServerError,
 )
+from client.partitioner import default_partition
 from client.transport import BrokerConnections
 from minikafka.errors import ErrorCode
-from minikafka.record_batch import build_batch, decode_records, parse_header, stamp
-from minikafka.v1 import broker_pb2, broker_pb2_grpc, common_pb2, controller_pb2
+from minikafka.record_batch import decode_records, parse_header
+from minikafka.v1 import broker_pb2, broker_pb2_grpc
+from tests.chaos.workload import classify
+from tests.integration.client.scripted_broker import ScriptedBroker, address
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(30)]
 
-FetchHandler = Callable[[broker_pb2.FetchPartition], broker_pb2.FetchPartitionResponse]
-
-
-class ScriptedBroker(broker_pb2_grpc.BrokerServiceServicer):
-    """One broker leading every partition of topic `t`; answers as scripted."""
-
-    def __init__(self, partitions: int = 1) -> None:
-        self.port = 0
-        self.partitions = partitions
-        self.leader_epoch = 3
-        self.metadata_calls = 0
-        self.produce_codes: list[int] = []
-        self.produced: list[tuple[int, bytes]] = []  # (partition, batch) as received
-        self.next_offset = 0
-        self.init_error = ErrorCode.NONE
-        self.fetch_handler: FetchHandler | None = None
-        self.fetch_requests: list[broker_pb2.FetchPartition] = []
-        self.latest_offset = 0
-        #: Codes by (producer epoch, base sequence), taken before `produce_codes`.
-        self.codes_by_sequence: dict[tuple[int, int], int] = {}
-        #: Simulated time each Produce takes before it answers.
-        self.produce_latency_s = 0.0
-        #: ("start" | "end", base sequence) per Produce partition, in order.
-        self.produce_events: list[tuple[str, int]] = []
-
-    async def Metadata(
-        self, request: broker_pb2.MetadataRequest, context: object
-    ) -> broker_pb2.MetadataResponse:
-        self.metadata_calls += 1
-        return broker_pb2.MetadataResponse(
-            cluster_id="fake",
-            controller_id=1,
-            brokers=[common_pb2.BrokerEndpoint(broker_id=1, host="127.0.0.1", port=self.port)],
-            topics=[
-                common_pb2.TopicMetadata(
-                    name="t",
-                    partitions=[
-                        common_pb2.PartitionMetadata(
-                            partition=p,
-                            leader=1,
-                            leader_epoch=self.leader_epoch,
-                            replicas=[1],
-                            isr=[1],
-                        )
-                        for p in range(self.partitions)
-                    ],
-                )
-            ],
-        )
-
-    async def InitProducerId(
-        self, request: controller_pb2.InitProducerIdRequest, context: object
-    ) -> controller_pb2.InitProducerIdResponse:
-        if self.init_error != ErrorCode.NONE:
-            return controller_pb2.InitProducerIdResponse(error_code=self.init_error)
-        return controller_pb2.InitProducerIdResponse(
-            producer_id=7, producer_epoch=max(request.producer_epoch + 1, 0)
-        )
-
-    async def Produce(
-        self, request: broker_pb2.ProduceRequest, context: object
-    ) -> broker_pb2.ProduceResponse:
-        results = []
-        sequences = [parse_header(part.records).base_sequence for part in request.partitions]
-        self.produce_events.extend(("start", seq) for seq in sequences)
-        if self.produce_latency_s:
-            await asyncio.sleep(self.produce_latency_s)
-        self.produce_events.extend(("end", seq) for seq in sequences)
-        for part in request.partitions:
-            self.produced.append((part.partition, part.records))
-            sent = parse_header(part.records)
-            code = self.codes_by_sequence.pop((sent.producer_epoch, sent.base_sequence), None)
-            if code is None:
-                code = self.produce_codes.pop(0) if self.produce_codes else ErrorCode.NONE
-            base = -1
-            if code in (ErrorCode.NONE, ErrorCode.DUPLICATE_SEQUENCE_NUMBER):
-                header = parse_header(part.records)
-                base = self.next_offset
-                if code == ErrorCode.NONE:
-                    self.next_offset += header.record_count
-                else:
-                    base = 0
-            results.append(
-                broker_pb2.PartitionProduceResponse(
-                    topic=part.topic,
-                    partition=part.partition,
-                    error_code=code,
-                    error_message=f"scripted {ErrorCode(code).name}",
-                    base_offset=base,
-                    log_append_time_ms=-1,
-                )
-            )
-        return broker_pb2.ProduceResponse(partitions=results)
-
-    async def Fetch(
-        self, request: broker_pb2.FetchRequest, context: object
-    ) -> broker_pb2.FetchResponse:
-        assert self.fetch_handler is not None
-        self.fetch_requests.extend(request.partitions)
-        return broker_pb2.FetchResponse(
-            partitions=[self.fetch_handler(p) for p in request.partitions]
-        )
-
-    async def ListOffsets(
-        self, request: broker_pb2.ListOffsetsRequest, context: object
-    ) -> broker_pb2.ListOffsetsResponse:
-        return broker_pb2.ListOffsetsResponse(
-            partitions=[
-                broker_pb2.ListOffsetsPartitionResponse(
-                    topic=p.topic,
-                    partition=p.partition,
-                    offset=0 if p.timestamp_ms == -2 else self.latest_offset,
-                )
-                for p in request.partitions
-            ]
-        )
-
-
-@pytest.fixture
-async def broker() -> AsyncIterator[ScriptedBroker]:
-    servicer = ScriptedBroker(partitions=2)  # type: ignore[abstract]
-    server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
-    broker_pb2_grpc.add_BrokerServiceServicer_to_server(servicer, server)
-    servicer.port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
-    try:
-        yield servicer
-    finally:
-        await server.stop(grace=None)
-
-
-def address(broker: ScriptedBroker) -> str:
-    return f"127.0.0.1:{broker.port}"
-
 
 def producer(broker: ScriptedBroker, **config: object) -> AsyncProducer:
-    return AsyncProducer(address(broker), retry_backoff_ms=10, linger_ms=1, **config)  # type: ignore[arg-type]
+    settings: dict[str, object] = {"retry_backoff_ms": 10, "linger_ms": 1, **config}
+    return AsyncProducer(address(broker), **settings)  # type: ignore[arg-type]
 
 
 async def test_not_leader_refreshes_metadata_and_retries_same_sequence(
@@ -264,12 +133,121 @@ async def test_batches_behind_a_failed_one_keep_their_order_in_the_next_epoch(
     assert [decode_records(b)[1][0][2] for _, b in broker.produced[-2:]] == [b"b2", b"b3"]
 
 
+@pytest.mark.parametrize(
+    ("code", "indefinite_answer", "expected"),
+    [
+        (ErrorCode.NOT_LEADER_OR_FOLLOWER, True, True),
+        (ErrorCode.NOT_LEADER_OR_FOLLOWER, False, False),
+        (ErrorCode.REQUEST_TIMED_OUT, False, True),
+        (ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND, False, True),
+        (ErrorCode.NOT_ENOUGH_REPLICAS, False, False),
+    ],
+    ids=[
+        "not-leader-after-append",
+        "not-leader-before-append",
+        "timed-out-always-after-append",
+        "below-min-isr-after-append",
+        "below-min-isr-before-append",
+    ],
+)
+async def test_a_failed_record_says_whether_it_may_have_been_written(
+    broker: ScriptedBroker, code: ErrorCode, indefinite_answer: bool, expected: bool
+) -> None:
+    """retries=0: one attempt, and its answer decides. An error answered after the leader
+    appended (indefinite=true, or a code only given after the append) may still be
+    committed: the error says so; a refusal before the append is definite."""
+    broker.answers = {(0, 0, 0): [(code, indefinite_answer)]}
+    async with producer(broker, retries=0) as p:
+        future = await p.send("t", b"v", partition=0)
+        with pytest.raises(MiniKafkaClientError) as info:
+            await future
+    assert info.value.errno == code
+    assert info.value.indefinite is expected
+    assert classify(info.value, single_attempt=True) == ("info" if expected else "fail")
+
+
+async def test_a_maybe_written_batch_is_never_resequenced_by_an_epoch_bump(
+    broker: ScriptedBroker,
+) -> None:
+    """Issue 14 hole 3b: batch A (partition 0) is answered NOT_LEADER_OR_FOLLOWER after its
+    append (indefinite); in the same request batch B (partition 1) fails definitively, so
+    the producer must bump its epoch. A may be committed by the new leader: it is resent
+    only under its original producer epoch and sequence (where a broker that has it answers
+    DUPLICATE_SEQUENCE_NUMBER), never as new data under the bumped epoch."""
+    broker.answers = {
+        (0, 0, 0): [
+            (ErrorCode.NOT_LEADER_OR_FOLLOWER, True),
+            (ErrorCode.DUPLICATE_SEQUENCE_NUMBER, False),
+        ],
+        (1, 0, 0): [(ErrorCode.MESSAGE_TOO_LARGE, False)],
+    }
+    async with producer(broker, linger_ms=60_000) as p:
+        a = await p.send("t", b"A", partition=0)
+        b = await p.send("t", b"B", partition=1)
+        await p.flush()  # both batches drain at once: one Produce request
+        with pytest.raises(MessageSizeTooLargeError) as info:
+            await b
+        assert (await a).partition == 0
+        c = await p.send("t", b"C", partition=0)  # under the new epoch
+        await p.flush()
+        after = await c
+    sent_a = [parse_header(data) for _, data in broker.produced if b"A" in values_of(data)]
+    assert [(h.producer_epoch, h.base_sequence) for h in sent_a] == [(0, 0), (0, 0)]
+    last = parse_header(broker.produced[-1][1])
+    assert (after.partition, last.producer_epoch, last.base_sequence) == (0, 1, 0)
+    assert info.value.indefinite is False
+
+
 async def test_retriable_errors_stop_at_the_delivery_timeout(broker: ScriptedBroker) -> None:
     broker.produce_codes = [ErrorCode.NOT_ENOUGH_REPLICAS] * 10_000
     # Long enough that at least one attempt is answered even on a loaded machine.
     async with producer(broker, request_timeout_ms=200, delivery_timeout_ms=2000) as p:
         with pytest.raises(KafkaTimeoutError, match="NOT_ENOUGH_REPLICAS"):
             await p.send_and_wait("t", b"v", partition=0)
+
+
+async def test_a_batch_expiring_while_it_waits_for_its_retry_names_the_last_error(
+    broker: ScriptedBroker,
+) -> None:
+    """The schedule behind the flaky test above, built exactly: the first attempt is
+    answered NOT_ENOUGH_REPLICAS, the batch is queued again for its retry, and the sender
+    next runs only after the delivery timeout has passed (a loaded machine): the batch
+    expires in the queue, and its error must still name the cause."""
+    clock_ms = [1_000_000.0]  # the producer's clock stands still until the test moves it
+    broker.produce_codes = [ErrorCode.NOT_ENOUGH_REPLICAS]
+    p = AsyncProducer(
+        address(broker),
+        linger_ms=0,
+        retry_backoff_ms=500,
+        request_timeout_ms=1000,
+        delivery_timeout_ms=2000,
+    )
+    p.clock = lambda: clock_ms[0]
+    async with p:
+        future = await p.send("t", b"v", partition=0)
+        answered = asyncio.Event()
+        p.accumulator.reenqueue = _then_set(p.accumulator.reenqueue, answered)  # type: ignore[method-assign]
+        await asyncio.wait_for(answered.wait(), 10)  # the answer was handled: queued again
+        (queued,) = p.accumulator.queued()
+        assert "NOT_ENOUGH_REPLICAS" in (queued.last_error or "")
+        clock_ms[0] += 2001  # the sender wakes up late: past the deadline, before the retry
+        assert p._sender is not None
+        p._sender.wake()
+        with pytest.raises(KafkaTimeoutError, match="NOT_ENOUGH_REPLICAS"):
+            await future
+    assert len(broker.produced) == 1  # expired in the queue: never retried
+
+
+def values_of(batch: bytes) -> list[bytes | None]:
+    return [value for _, _, value, _ in decode_records(batch)[1]]
+
+
+def _then_set(method: Callable[..., None], event: asyncio.Event) -> Callable[..., None]:
+    def wrapped(*args: object, **kwargs: object) -> None:
+        method(*args, **kwargs)
+        event.set()
+
+    return wrapped
 
 
 async def test_an_unanswered_request_fails_at_the_delivery_timeout(
@@ -296,115 +274,6 @@ async def test_init_producer_id_failure_fails_start(broker: ScriptedBroker) -> N
     p = producer(broker)
     with pytest.raises(UnknownServerError, match="InitProducerId"):
         await p.start()
-
-
-def batch_at(base: int, epoch: int, values: list[bytes]) -> bytes:
-    built = build_batch([(1000, None, v, None) for v in values])
-    return stamp(built, base_offset=base, leader_epoch=epoch)
-
-
-def truncating_log() -> FetchHandler:
-    """The first fetch sees offsets 0-9 in epoch 1; then an unclean election loses 5-9:
-    the leader's epoch 1 ends at 5 and epoch 2 starts there."""
-
-    def handle(p: broker_pb2.FetchPartition) -> broker_pb2.FetchPartitionResponse:
-        response = broker_pb2.FetchPartitionResponse(
-            topic=p.topic, partition=p.partition, high_watermark=10, leader_epoch=3
-        )
-        if p.partition != 0:
-            return response
-        if p.fetch_offset == 0:
-            response.records = batch_at(0, 1, [b"%d" % i for i in range(10)])
-        elif p.last_fetched_epoch == 1 and p.fetch_offset > 5:
-            response.diverging_epoch.epoch = 1
-            response.diverging_epoch.end_offset = 5
-        elif p.fetch_offset == 5:
-            response.records = batch_at(5, 2, [b"new-5", b"new-6"])
-        elif p.fetch_offset < 5:
-            response.records = batch_at(0, 1, [b"%d" % i for i in range(5)]) + batch_at(
-                5, 2, [b"new-5", b"new-6"]
-            )
-        return response
-
-    return handle
-
-
-async def drain_until_error(consumer: AsyncConsumer) -> None:
-    for _ in range(50):
-        await consumer.getmany(timeout_ms=200)
-
-
-async def test_truncation_under_the_consumer_is_detected(broker: ScriptedBroker) -> None:
-    broker.fetch_handler = truncating_log()
-    tp = TopicPartition("t", 0)
-    async with AsyncConsumer(
-        bootstrap_servers=address(broker), auto_offset_reset="earliest", fetch_max_wait_ms=50
-    ) as consumer:
-        consumer.assign([tp])
-        first = await consumer.getmany(timeout_ms=5000, max_records=100)
-        assert [r.offset for r in first[tp]] == list(range(10))
-        with pytest.raises(LogTruncationError) as info:
-            await drain_until_error(consumer)
-        assert (info.value.tp, info.value.offset, info.value.divergent_offset) == (tp, 10, 5)
-        # It stays raised until the user repositions the consumer.
-        with pytest.raises(LogTruncationError):
-            await consumer.getmany(timeout_ms=10)
-        consumer.seek(tp, 5)
-        again = await consumer.getmany(timeout_ms=5000)
-        assert [r.value for r in again[tp]] == [b"new-5", b"new-6"]
-    sent = [p for p in broker.fetch_requests if p.partition == 0 and p.fetch_offset == 10]
-    assert sent[0].last_fetched_epoch == 1
-    assert sent[0].current_leader_epoch == 3
-
-
-async def test_truncation_resets_when_asked(broker: ScriptedBroker) -> None:
-    broker.fetch_handler = truncating_log()
-    tp = TopicPartition("t", 0)
-    async with AsyncConsumer(
-        bootstrap_servers=address(broker),
-        auto_offset_reset="earliest",
-        reset_on_truncation=True,
-        fetch_max_wait_ms=50,
-    ) as consumer:
-        consumer.assign([tp])
-        first = await consumer.getmany(timeout_ms=5000, max_records=100)
-        assert len(first[tp]) == 10
-        again = await consumer.getmany(timeout_ms=5000)
-        assert [(r.offset, r.value, r.leader_epoch) for r in again[tp]] == [
-            (5, b"new-5", 2),
-            (6, b"new-6", 2),
-        ]
-        assert await consumer.position(tp) == 7
-
-
-async def test_the_next_fetch_travels_before_the_previous_response_is_consumed(
-    broker: ScriptedBroker,
-) -> None:
-    second_fetch = asyncio.Event()
-
-    def endless(p: broker_pb2.FetchPartition) -> broker_pb2.FetchPartitionResponse:
-        if len(broker.fetch_requests) >= 2:
-            second_fetch.set()
-        response = broker_pb2.FetchPartitionResponse(
-            topic=p.topic, partition=p.partition, high_watermark=1000, leader_epoch=3
-        )
-        if p.partition == 0:
-            response.records = batch_at(p.fetch_offset, 1, [b"v"] * 10)
-        return response
-
-    broker.fetch_handler = endless
-    tp = TopicPartition("t", 0)
-    async with AsyncConsumer(
-        bootstrap_servers=address(broker), auto_offset_reset="earliest", fetch_max_wait_ms=50
-    ) as consumer:
-        consumer.assign([tp])
-        await asyncio.wait_for(second_fetch.wait(), 5)
-        # Nothing was consumed yet, and the second response is already on its way.
-        assert [p.fetch_offset for p in broker.fetch_requests][:2] == [0, 10]
-        got = await consumer.getmany(timeout_ms=5000, max_records=15)
-        offsets = [r.offset for r in got[tp]]
-        assert offsets in (list(range(10)), list(range(15)))  # one or both responses
-        assert await consumer.position(tp) == len(offsets)
 
 
 class SilentBroker(ScriptedBroker):
@@ -436,3 +305,27 @@ async def test_metadata_refresh_does_not_wait_for_a_silent_broker(broker: Script
     finally:
         await conn.close()
         await server.stop(grace=None)
+
+
+async def test_send_batch_sequences_and_a_failed_partition(broker: ScriptedBroker) -> None:
+    """One call spread over two partitions and several batches: each batch gets the next
+    sequence of its partition; a batch refused for good fails the call (definite) once
+    the others are done, and `written()` tells what reached the log."""
+    keys = [b"k%d" % i for i in range(40)]
+    by_partition = {p: [k for k in keys if default_partition(k, 2) == p] for p in (0, 1)}
+    broker.answers = {(1, 0, 0): [(ErrorCode.MESSAGE_TOO_LARGE, False)]}
+    async with producer(broker, batch_size=200, buffer_memory=1 << 20) as p:
+        future = await p.send_batch("t", [b"value"] * len(keys), keys=keys)
+        with pytest.raises(MessageSizeTooLargeError) as info:
+            await future
+        assert info.value.indefinite is False
+        written = future.written()
+    sent = [parse_header(data) for part, data in broker.produced if part == 0]
+    assert sum(h.record_count for h in sent) == len(by_partition[0])
+    for epoch in {h.producer_epoch for h in sent}:  # the failure bumped the epoch
+        counts = [h.record_count for h in sent if h.producer_epoch == epoch]
+        sequences = [h.base_sequence for h in sent if h.producer_epoch == epoch]
+        assert sequences == [sum(counts[:i]) for i in range(len(counts))]
+    refused = parse_header(next(data for part, data in broker.produced if part == 1))
+    assert len(written) == len(keys) - refused.record_count  # all but the refused batch
+    assert [m.partition for m in written].count(0) == len(by_partition[0])

@@ -50,6 +50,9 @@ class FakeBroker(broker_pb2_grpc.BrokerControlServiceServicer):
         self.leader_and_isr: list[broker_pb2.LeaderAndIsrRequest] = []
         self.stop_replica: list[broker_pb2.StopReplicaRequest] = []
         self.update_metadata: list[broker_pb2.UpdateMetadataRequest] = []
+        #: What the controller's unclean-election survey hears: (last epoch, log end offset).
+        self.log_ends: dict[tuple[str, int], tuple[int, int]] = {}
+        self.surveys: list[broker_pb2.GetReplicaLogInfoRequest] = []
         self.metadata_offset = -1
         self.broker_epoch = -1
         self.last_heartbeat: controller_pb2.BrokerHeartbeatResponse | None = None
@@ -80,6 +83,29 @@ class FakeBroker(broker_pb2_grpc.BrokerControlServiceServicer):
             self._changed.notify_all()
         return broker_pb2.StopReplicaResponse()
 
+    async def GetReplicaLogInfo(
+        self, request: broker_pb2.GetReplicaLogInfoRequest, context: Any
+    ) -> broker_pb2.GetReplicaLogInfoResponse:
+        """Answers the controller's unclean-election survey from `log_ends`."""
+        self.surveys.append(request)
+        response = broker_pb2.GetReplicaLogInfoResponse()
+        for item in request.partitions:
+            end = self.log_ends.get((item.topic, item.partition))
+            if end is None:
+                response.partitions.add(
+                    topic=item.topic,
+                    partition=item.partition,
+                    error_code=common_pb2.UNKNOWN_TOPIC_OR_PARTITION,
+                )
+            else:
+                response.partitions.add(
+                    topic=item.topic,
+                    partition=item.partition,
+                    last_epoch=end[0],
+                    log_end_offset=end[1],
+                )
+        return response
+
     async def UpdateMetadata(
         self, request: broker_pb2.UpdateMetadataRequest, context: Any
     ) -> broker_pb2.UpdateMetadataResponse:
@@ -108,6 +134,9 @@ class FakeBroker(broker_pb2_grpc.BrokerControlServiceServicer):
                 ),
                 incarnation_id=self.incarnation_id,
                 clean_shutdown=clean_shutdown,
+                # A clean stop proves the last registration's epoch (KIP-966).
+                previous_broker_epoch=self.broker_epoch if clean_shutdown else -1,
+                directory_id=f"fake-directory-{self.broker_id}",
             ),
             timeout=WAIT_S,
         )

@@ -115,7 +115,7 @@ async def test_register_heartbeat_unfence_and_health(
         assert fake.update_metadata[-1].cluster_id == cluster.cluster_id
         assert fake.update_metadata[-1].controller_epoch == 1
         assert fake.update_metadata[-1].broker_epoch == fake.broker_epoch
-    assert await metric(controller, "active_brokers") == 3
+    assert await metric(controller, "minikafka_controller_active_brokers") == 3
     async with grpc.aio.insecure_channel(controller.address) as channel:
         health = health_pb2_grpc.HealthStub(channel)
         reply = await health.Check(health_pb2.HealthCheckRequest(service=""), timeout=WAIT_S)
@@ -191,8 +191,10 @@ async def test_broker_timeout_moves_leader(
         assert list(state.isr) == list(current.isr)
     cluster = await describe(controller)
     assert [b.fenced for b in cluster.brokers if b.endpoint.broker_id == old_leader] == [True]
-    assert await metric(controller, "fenced_brokers") == 1
-    assert await metric(controller, 'leader_elections_total{type="clean"}') == 1
+    assert await metric(controller, "minikafka_controller_fenced_brokers") == 1
+    assert (
+        await metric(controller, 'minikafka_controller_leader_elections_total{type="clean"}') == 1
+    )
 
 
 async def test_controlled_shutdown(
@@ -272,9 +274,13 @@ async def test_unclean_election_scenario(
 
     current = await wait_for(offline, what="partition offline")
     assert current.state == "OFFLINE"
-    assert list(current.isr) == [leader]
-    assert await metric(controller, "offline_partitions") == 1
-    # Operator override: unclean election although the topic does not allow it.
+    # The fenced last member left the ISR into the eligible leader replicas (KIP-966).
+    assert (list(current.isr), list(current.elr)) == ([], [leader])
+    assert await metric(controller, "minikafka_controller_offline_partitions") == 1
+    assert await metric(controller, "minikafka_controller_partitions_with_empty_isr") == 1
+    # Operator override: unclean election although the topic does not allow it. The
+    # longest-log strategy surveys the alive replicas first: the follower answers.
+    brokers[follower].log_ends[("u", 0)] = (0, 5)
     response = await brokers[follower].controller.ElectLeaders(
         controller_pb2.ElectLeadersRequest(
             election_type=controller_pb2.UNCLEAN,
@@ -288,7 +294,7 @@ async def test_unclean_election_scenario(
     current = await partition(controller, "u")
     assert current.state == "RECOVERING"
     assert list(current.isr) == [follower]
-    assert await metric(controller, "unclean_leader_elections_total") == 1
+    assert await metric(controller, "minikafka_controller_unclean_leader_elections_total") == 1
     state = await brokers[follower].wait_for_state(("u", 0), lambda s: s.leader == follower)
     assert state.state == "RECOVERING"
 
@@ -420,6 +426,12 @@ async def test_automatic_preferred_rebalance(tmp_path: Path) -> None:
                             leader_epoch=current.leader_epoch,
                             partition_epoch=current.partition_epoch,
                             new_isr=[preferred, other],
+                            new_isr_with_epochs=[
+                                controller_pb2.IsrMember(
+                                    broker_id=preferred,
+                                    broker_epoch=fakes[preferred].broker_epoch,
+                                )
+                            ],
                         )
                     ],
                 ),
@@ -431,7 +443,10 @@ async def test_automatic_preferred_rebalance(tmp_path: Path) -> None:
                 return (await partition(app, "r")).leader == preferred
 
             await wait_for(rebalanced, what="automatic preferred election")
-            assert await metric(app, 'leader_elections_total{type="preferred"}') == 1
+            assert (
+                await metric(app, 'minikafka_controller_leader_elections_total{type="preferred"}')
+                == 1
+            )
     finally:
         for fake in fakes.values():
             await fake.stop()
@@ -441,3 +456,77 @@ async def test_port_in_use_is_refused(controller: ControllerApp, tmp_path: Path)
     with pytest.raises(OSError, match="cannot listen on"):
         async with ControllerApp(config_for(tmp_path / "other", listen=controller.address)):
             pass
+
+
+@pytest.mark.parametrize(
+    ("strategy", "expected"),
+    [pytest.param("longest-log", 3, id="longest-log"), pytest.param("first-alive", 2, id="first")],
+)
+async def test_an_unclean_election_picks_by_the_recovery_strategy(
+    tmp_path: Path, strategy: str, expected: int
+) -> None:
+    """Issue 15: with longest-log the controller asks the alive replicas what their logs
+    hold and elects the longest (by last leader epoch, then end offset); first-alive takes
+    the first alive replica in assignment order, as Kafka does."""
+    config = config_for(tmp_path / "controller", unclean_recovery_strategy=strategy)
+    fakes: dict[int, FakeBroker] = {}
+    async with ControllerApp(config) as app:
+        try:
+            for broker_id in (1, 2, 3, 4):
+                fakes[broker_id] = FakeBroker(broker_id, app.address)
+                await fakes[broker_id].join()
+            response = await fakes[1].controller.CreateTopics(
+                controller_pb2.CreateTopicsRequest(
+                    topics=[
+                        controller_pb2.CreatableTopic(
+                            name="s", replication_factor=3, num_partitions=1
+                        )
+                    ]
+                ),
+                timeout=WAIT_S,
+            )
+            assert response.topics[0].error_code == common_pb2.NONE
+            meta = await partition(app, "s")
+            leader, *others = meta.replicas
+            # Make the others the replicas 2 and 3, in assignment order, out of the ISR.
+            shrink = await fakes[leader].controller.AlterPartition(
+                controller_pb2.AlterPartitionRequest(
+                    broker_id=leader,
+                    broker_epoch=fakes[leader].broker_epoch,
+                    partitions=[
+                        controller_pb2.AlterPartitionItem(
+                            topic="s",
+                            partition=0,
+                            leader_epoch=meta.leader_epoch,
+                            partition_epoch=meta.partition_epoch,
+                            new_isr=[leader],
+                        )
+                    ],
+                ),
+                timeout=WAIT_S,
+            )
+            assert shrink.partitions[0].error_code == common_pb2.NONE
+            await fakes[leader].stop_heartbeats()
+
+            async def offline() -> bool:
+                return (await partition(app, "s")).leader == -1
+
+            await wait_for(offline, what="partition offline")
+            first, second = others
+            fakes[first].log_ends[("s", 0)] = (4, 900)  # more offsets, an older epoch
+            fakes[second].log_ends[("s", 0)] = (5, 120)  # a newer epoch: longer history
+            elected = await fakes[first].controller.ElectLeaders(
+                controller_pb2.ElectLeadersRequest(
+                    election_type=controller_pb2.UNCLEAN,
+                    partitions=[common_pb2.TopicPartition(topic="s", partition=0)],
+                ),
+                timeout=WAIT_S,
+            )
+            (result,) = elected.results
+            assert result.error_code == common_pb2.NONE
+            assert result.leader == (second if expected == 3 else first)
+            surveyed = bool(fakes[first].surveys) and bool(fakes[second].surveys)
+            assert surveyed is (strategy == "longest-log")
+        finally:
+            for fake in fakes.values():
+                await fake.stop()

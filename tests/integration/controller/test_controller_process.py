@@ -55,4 +55,4 @@ def test_signal_stops_gracefully(tmp_path: Path, signal_number: signal.Signals) 
             process.wait(timeout=10)
         if process.stderr is not None:
             process.stderr.close()
-    assert (tmp_path / "data" / "metadata.journal").exists()
+    assert (tmp_path / "data" / "raft" / "raft.log").exists()

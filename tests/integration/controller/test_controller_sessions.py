@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -75,3 +77,54 @@ async def test_session_expiry_follows_the_injected_clock(tmp_path: Path) -> None
     finally:
         for fake in fakes.values():
             await fake.stop()
+
+
+async def test_the_late_end_of_a_replaced_heartbeat_stream_does_not_fence_the_broker(
+    tmp_path: Path,
+) -> None:
+    """Issue 14: a broker's connection breaks and it reconnects its heartbeat stream with
+    the same epoch; the old stream's end reaches the controller only afterwards. That late
+    end must not fence a broker that is heartbeating on its new stream."""
+    config = ControllerConfig(
+        data_dir=str(tmp_path),
+        listen="127.0.0.1:0",
+        session_timeout_ms=60_000,
+        heartbeat_interval_ms=100,
+        auto_leader_rebalance_enable=False,
+    )
+    fake: FakeBroker | None = None
+    async with ControllerApp(config) as app:
+        try:
+            fake = FakeBroker(1, app.address)
+            await fake.join()
+            await fake.stop_heartbeats()
+            processed = asyncio.Event()
+            broken = app.engine.heartbeat_stream_broken
+
+            async def observed(**kwargs: Any) -> None:
+                await broken(**kwargs)
+                processed.set()
+
+            app.engine.heartbeat_stream_broken = observed  # type: ignore[method-assign]
+            request = controller_pb2.BrokerHeartbeatRequest(
+                broker_id=1, broker_epoch=fake.broker_epoch, metadata_offset=fake.metadata_offset
+            )
+            old_stream = fake.controller.BrokerHeartbeatStream(iter([request] * 1000))
+            first = await old_stream.read()
+            assert isinstance(first, controller_pb2.BrokerHeartbeatResponse)
+            assert first.error_code == common_pb2.NONE
+            new_stream = fake.controller.BrokerHeartbeatStream(iter([request] * 1000))
+            second = await new_stream.read()
+            assert isinstance(second, controller_pb2.BrokerHeartbeatResponse)
+            assert second.error_code == common_pb2.NONE
+            old_stream.cancel()  # the old connection's end arrives late
+            await asyncio.wait_for(processed.wait(), WAIT_S)
+            assert not app.engine.state.brokers[1].fenced
+            # The current stream breaking still fences at once.
+            processed.clear()
+            new_stream.cancel()
+            await asyncio.wait_for(processed.wait(), WAIT_S)
+            assert app.engine.state.brokers[1].fenced
+        finally:
+            if fake is not None:
+                await fake.stop()

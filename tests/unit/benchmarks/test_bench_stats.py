@@ -88,17 +88,26 @@ def _case(
 
 def test_ratios_and_acceptance() -> None:
     result = SuiteResult(started="now", quick=True)
-    ours = _case("produce 100 B RF=3 acks=all", "produce", 200_000, 19.0)
+    ours = _case("produce 100 B RF=3 acks=all", "produce", 200_000, 10.0)
     result.cases = [
         ours,
+        _case("produce 100 B RF=3 acks=all send_batch", "produce", 600_000, 20.0),
+        _case("consume 100 B catch-up RF=3", "consume", 1_000_000, 40.0),
         _case("grpc upload ceiling 100 B", "baseline", 3_000_000, 100.0),
-        _case("NATS JetStream R3 publish 100 B", "peer", 10_000, 1.0),
+        _case("grpc download ceiling", "baseline", 100_000, 200.0),
+        _case("NATS JetStream R3 publish 100 B", "peer", 5_000, 1.0),
     ]
     r = ratios(result, ours)
-    assert r["grpc"] == pytest.approx(0.19)
-    assert r["nats"] == pytest.approx(20.0)
+    assert r["grpc"] == pytest.approx(0.1)
+    assert r["nats"] == pytest.approx(40.0)
     assert math.isnan(r["redis"])
-    assert [met for _, met, _ in acceptance(result)] == [True, True]
+    checks = {target: met for target, met, _ in acceptance(result)}
+    assert checks == {
+        "send() RF=3 acks=all 100 B >= 30x NATS JetStream R3": True,
+        "send_batch RF=3 acks=all 100 B >= 0.15x raw gRPC upload ceiling": True,  # 0.2x
+        "send() RF=3 acks=all 100 B (for comparison) >= 0.15x raw gRPC upload ceiling": False,
+        "consumer catch-up 100 B >= 0.25x raw gRPC download ceiling": False,  # 0.2x
+    }
 
 
 def test_slice_runs_assigns_records_by_intended_send_time() -> None:

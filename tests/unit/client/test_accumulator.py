@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 
 from client.accumulator import (
@@ -79,19 +77,10 @@ def test_buffer_memory_bounds_appends_and_release_frees_it() -> None:
     append(acc, TP, b"x" * 84)
     with pytest.raises(BufferFull):
         append(acc, TP, b"x" * 84)
-    assert not acc.has_space(100)
+    assert acc.buffered_bytes == 300
     batch = acc.drain(0.0, 0.0, always).batches[0]
-    released = threading.Event()
-
-    def waiter() -> None:
-        if acc.wait_for_space(100, 5.0):
-            released.set()
-
-    thread = threading.Thread(target=waiter)
-    thread.start()
     acc.release(batch)
-    thread.join(5.0)
-    assert released.is_set()
+    assert acc.buffered_bytes == 100
     append(acc, TP, b"x" * 84)
 
 
@@ -109,9 +98,9 @@ def test_record_futures_resolve_from_the_batch_result() -> None:
     seen: list[RecordMetadata] = []
     f1.add_callback(seen.append)
     batch.complete(BatchResult(base_offset=40, log_append_time_ms=-1, log_start_offset=0))
-    assert f0.result(1) == RecordMetadata("t", 0, 40, 1000, 0)
+    assert f0.result(1) == RecordMetadata("t", 0, 40, 1000, 0, 0, -1, 1, -1)
     assert f1.get(1).offset == 41
-    assert seen == [RecordMetadata("t", 0, 41, 1000, 0)]
+    assert seen == [RecordMetadata("t", 0, 41, 1000, 0, 0, -1, 1, -1)]
     assert f1.succeeded()
     assert not f1.failed()
 
@@ -120,7 +109,7 @@ def test_log_append_time_replaces_the_create_time() -> None:
     acc = RecordAccumulator(batch_size=1000, buffer_memory=100_000)
     f0, _ = append(acc, TP, b"a")
     acc.drain(0.0, 0.0, always).batches[0].complete(BatchResult(7, 5555, 0))
-    assert f0.result(1) == RecordMetadata("t", 0, 7, 5555, 1)
+    assert f0.result(1) == RecordMetadata("t", 0, 7, 5555, 1, 0, -1, 1, -1)
 
 
 def test_a_failed_batch_fails_each_record_with_the_same_error() -> None:
@@ -224,3 +213,51 @@ def test_a_requeued_old_batch_moves_the_expiry_back() -> None:
     acc.reenqueue(old, 0.0)  # its attempt failed; it is older than anything queued
     assert acc.next_expiry_ms(100.0) == 100.0
     assert acc.pop_expired(150.0, 100.0) == [old]
+
+
+def many(
+    acc: RecordAccumulator, values: list[bytes], *, batch_size: int = 1000, ts: int = 1000
+) -> tuple[list[tuple[int, int, int]], int, bool]:
+    sizes = [estimate_size(None, v, None) for v in values]
+    slices, taken, wake = acc.append_many(TP, ts, None, values, None, sizes, batch_size)
+    return [(s.batch.serial, s.start, s.count) for s in slices], taken, wake
+
+
+def test_append_many_fills_batches_in_order() -> None:
+    acc = RecordAccumulator(batch_size=1000, buffer_memory=100_000)
+    got, taken, wake = many(acc, [b"x" * 84] * 25)  # 100 bytes each: 9 fit below 1000
+    assert taken == 25
+    assert wake
+    assert [(start, count) for _, start, count in got] == [(0, 9), (0, 9), (0, 7)]
+    batches = acc.queued()
+    assert [b.record_count for b in batches] == [9, 9, 7]
+    assert [b.closed for b in batches] == [True, True, False]
+    assert acc.buffered_bytes == 2500
+
+
+def test_append_many_continues_the_open_batch_with_deltas_from_its_first_record() -> None:
+    acc = RecordAccumulator(batch_size=1000, buffer_memory=100_000)
+    append(acc, TP, b"a")  # timestamp 1000
+    got, _, _ = many(acc, [b"b", b"c"], ts=1500)
+    (batch,) = acc.queued()
+    assert got == [(batch.serial, 1, 2)]
+    assert [row[0] for row in batch.records] == [0, 500, 500]
+    assert [row[2] for row in batch.records] == [b"a", b"b", b"c"]
+
+
+def test_append_many_stops_at_the_buffer_limit() -> None:
+    acc = RecordAccumulator(batch_size=250, buffer_memory=450)
+    _, taken, _ = many(acc, [b"x" * 84] * 6, batch_size=250)  # 100 bytes each
+    assert taken == 4
+    assert acc.buffered_bytes == 400
+    (batch, *_rest) = acc.drain(0.0, 0.0, always).batches
+    acc.release(batch)
+    _, again, _ = many(acc, [b"x" * 84] * 2, batch_size=250)
+    assert again == 2
+
+
+def test_append_many_takes_an_oversized_record_alone_into_an_empty_buffer() -> None:
+    acc = RecordAccumulator(batch_size=100, buffer_memory=100)
+    got, taken, _ = many(acc, [b"x" * 500, b"y"], batch_size=100)
+    assert taken == 1
+    assert [count for _, _, count in got] == [1]

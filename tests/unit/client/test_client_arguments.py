@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 
 from client import Admin, AsyncAdmin, AsyncConsumer, Consumer, NewTopic, TopicPartition
-from client.consumer import _missing_partition_error
 from client.errors import (
     ConsumerStoppedError,
     IllegalStateError,
@@ -24,6 +23,7 @@ from client.errors import (
 )
 from client.loop_thread import LoopThread
 from client.metadata import BrokerInfo, ClusterView, PartitionInfo, TopicInfo
+from client.offset_rules import missing_partition_error
 from client.transport import BrokerConnections, check_topic_name, parse_bootstrap
 
 #: Nothing listens here; none of these tests may get as far as connecting.
@@ -180,7 +180,7 @@ def test_seek_checks_the_offset() -> None:
     with pytest.raises(IllegalStateError, match="t-1 is not assigned"):
         consumer.seek(TopicPartition("t", 1), 0)
     consumer.seek(tp, 5)
-    assert consumer._position(consumer._state(tp)) == 5
+    assert consumer.subscription_state.state(tp).position() == 5
 
 
 async def test_a_stopped_consumer_cannot_be_used_or_started_again() -> None:
@@ -245,19 +245,19 @@ def _view(partitions: dict[int, int]) -> ClusterView:
 
 def test_offsets_of_missing_partitions_fail_with_the_reason() -> None:
     view = _view({0: 1, 1: -1})
-    missing_topic = _missing_partition_error(view, [TopicPartition("nope", 0)], None)
+    missing_topic = missing_partition_error(view, [TopicPartition("nope", 0)], None)
     assert isinstance(missing_topic, UnknownTopicOrPartitionError)
     assert str(missing_topic) == "topic 'nope' does not exist"
-    missing_partition = _missing_partition_error(view, [TopicPartition("t", 7)], None)
+    missing_partition = missing_partition_error(view, [TopicPartition("t", 7)], None)
     assert isinstance(missing_partition, UnknownTopicOrPartitionError)
     assert "partition 7 of topic 't' does not exist (it has partitions 0-1)" in str(
         missing_partition
     )
-    leaderless = _missing_partition_error(view, [TopicPartition("t", 1)], None)
+    leaderless = missing_partition_error(view, [TopicPartition("t", 1)], None)
     assert isinstance(leaderless, LeaderNotAvailableError)
     assert "t-1" in str(leaderless)
     last = RequestTimedOutError("slow")
-    assert _missing_partition_error(view, [TopicPartition("t", 1)], last) is last
+    assert missing_partition_error(view, [TopicPartition("t", 1)], last) is last
 
 
 async def test_admin_arguments_are_checked_before_any_request() -> None:

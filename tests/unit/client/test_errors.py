@@ -30,7 +30,7 @@ def test_every_wire_code_has_its_own_class(code: ErrorCode) -> None:
         (errors.NotEnoughReplicasAfterAppendError, 20, True, False),
         (errors.UnknownTopicOrPartitionError, 3, True, True),
         (errors.OffsetOutOfRangeError, 1, False, False),
-        (errors.CorruptRecordError, 2, True, False),
+        (errors.CorruptMessageError, 2, True, False),
         (errors.MessageSizeTooLargeError, 10, False, False),
         (errors.FencedLeaderEpochError, 74, True, True),
         (errors.UnknownLeaderEpochError, 75, True, True),
@@ -74,3 +74,17 @@ def test_client_side_errors() -> None:
     assert (truncation.tp, truncation.offset, truncation.divergent_offset) == (tp, 120, 100)
     assert "t-3" in str(truncation)
     assert not truncation.retriable
+
+
+def test_a_corrupt_record_error_says_where_and_how_to_skip_it() -> None:
+    tp = TopicPartition("t", 1)
+    error = errors.CorruptRecordError(tp, 40, "CRC mismatch", next_offset=1040)
+    assert (error.topic_partition, error.offset, error.next_offset) == (tp, 40, 1040)
+    assert error.errno == ErrorCode.CORRUPT_MESSAGE
+    assert isinstance(error, errors.CorruptMessageError)
+    assert not error.retriable  # only a seek gets the consumer past it
+    assert str(error) == (
+        "corrupt record batch at offset 40 of t-1: CRC mismatch (seek to 1040 to skip it)"
+    )
+    assert "(seek to 41 to skip it)" in str(errors.CorruptRecordError(tp, 40))
+    assert errors.for_code(2) is errors.CorruptMessageError

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from client.consumer import OffsetReset, TruncationAction, truncation_action
+from client.offset_rules import OffsetReset, TruncationAction, truncation_action
 
 
 @pytest.mark.parametrize(

@@ -44,7 +44,12 @@ class Harness:
         session_alive: bool = False,
         incarnation: str | None = None,
         rack: str = "",
+        directory_id: str | None = None,
     ) -> int:
+        """Register `broker_id`; `clean_shutdown` proves the previous registration's epoch
+        (as a broker that stopped cleanly does), otherwise it sends none."""
+        existing = self.state.brokers.get(broker_id)
+        previous = existing.broker_epoch if existing is not None and clean_shutdown else -1
         reply = self.commit(
             register_broker(
                 self.state,
@@ -55,7 +60,8 @@ class Harness:
                 rack=rack,
                 incarnation_id=incarnation
                 or f"incarnation-{broker_id}-{self.state.metadata_offset}",
-                clean_shutdown=clean_shutdown,
+                previous_broker_epoch=previous,
+                directory_id=f"dir-{broker_id}" if directory_id is None else directory_id,
                 session_alive=session_alive,
             )
         )

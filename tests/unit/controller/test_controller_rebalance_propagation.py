@@ -42,6 +42,9 @@ def moved_leaders_cluster() -> tuple[Harness, int]:
                         leader_epoch=part.leader_epoch,
                         partition_epoch=part.partition_epoch,
                         new_isr=part.replicas,
+                        member_epochs={
+                            b: harness.state.brokers[b].broker_epoch for b in part.replicas
+                        },
                     )
                 ],
             )
@@ -120,7 +123,8 @@ def test_plan_for_config_change_delete_and_registration() -> None:
         port=1,
         rack="",
         incarnation_id="new",
-        clean_shutdown=True,
+        previous_broker_epoch=state.brokers[2].broker_epoch,
+        directory_id="dir-2",
         session_alive=False,
     )
     harness.commit(registered)

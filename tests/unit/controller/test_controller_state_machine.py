@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
-from controller.model import NO_LEADER, PartitionStatus
+from controller.election import UncleanRecoveryStrategy
+from controller.model import NO_LEADER, BrokerRegistration, PartitionStatus
 from controller.partition_change import ElectionKind
 from controller.state_machine import (
     AlterPartitionItem,
     ElectionType,
     NewTopic,
+    RestartLoss,
     Settings,
     alter_configs,
     alter_partition,
@@ -21,10 +25,15 @@ from controller.state_machine import (
     heartbeat,
     init_producer_id,
     register_broker,
+    restart_loss,
 )
 from minikafka.errors import ErrorCode
 from tests.unit.controller.controller_harness import Harness
 
+#: Kafka before KIP-966: no eligible leader replicas, unclean elections of the first alive.
+LEGACY = Settings(
+    eligible_leader_replicas=False, unclean_recovery_strategy=UncleanRecoveryStrategy.FIRST_ALIVE
+)
 KEY = ("t", 0)
 
 
@@ -101,7 +110,8 @@ def test_duplicate_registration_while_session_alive() -> None:
         port=1,
         rack="",
         incarnation_id="b",
-        clean_shutdown=True,
+        previous_broker_epoch=-1,
+        directory_id="d",
         session_alive=True,
     )
     assert result.reply.error is ErrorCode.DUPLICATE_BROKER_REGISTRATION
@@ -135,7 +145,8 @@ def test_invalid_registration(broker_id: int, host: str, port: int, incarnation:
         port=port,
         rack="",
         incarnation_id=incarnation,
-        clean_shutdown=True,
+        previous_broker_epoch=-1,
+        directory_id="d",
         session_alive=False,
     )
     assert result.reply.error is ErrorCode.INVALID_REQUEST
@@ -308,33 +319,54 @@ def test_session_expiry_moves_leadership_and_shrinks_isr(cluster: Harness) -> No
     assert [e.kind for e in cluster.elections] == [ElectionKind.CLEAN]
 
 
-def test_last_isr_member_dies_partition_goes_offline(cluster: Harness) -> None:
-    leader, followers = leader_and_followers(cluster)
-    for follower in followers:
+@pytest.mark.parametrize("elr", [pytest.param(True, id="elr"), pytest.param(False, id="no-elr")])
+def test_last_isr_member_dies_partition_goes_offline(elr: bool) -> None:
+    cluster = Harness(Settings(eligible_leader_replicas=elr))
+    cluster.start_brokers(1, 2, 3)
+    cluster.create("t", rf=3, configs={"min.insync.replicas": "2"})
+    leader, (first, second) = leader_and_followers(cluster)
+    for follower in (first, second):
         cluster.commit(
             fence_broker(cluster.state, cluster.settings, broker_id=follower, reason="x")
         )
-    assert cluster.part(KEY).isr == (leader,)
+    # The second leaves an ISR below min.insync.replicas: with ELR it is eligible.
+    assert (cluster.part(KEY).isr, cluster.part(KEY).elr) == ((leader,), (second,) if elr else ())
     cluster.commit(fence_broker(cluster.state, cluster.settings, broker_id=leader, reason="x"))
     part = cluster.part(KEY)
     assert part.leader == NO_LEADER
-    assert part.isr == (leader,)  # the last member stays: only it has every record
     assert part.status is PartitionStatus.OFFLINE
     assert any("offline" in warning for warning in cluster.warnings)
-    # The out-of-sync followers come back: the partition stays offline (unclean disabled).
-    for follower in followers:
-        cluster.register(follower)
-        cluster.unfence(follower)
+    if elr:  # the last member left into the ELR
+        assert (part.isr, part.elr) == ((), tuple(r for r in part.replicas if r != first))
+    else:  # the last member stays: only it has every record
+        assert part.isr == (leader,)
+    cluster.register(first)
+    cluster.unfence(first)
+    assert cluster.part(KEY).leader == NO_LEADER  # out of sync when it left: never elected
+    cluster.register(second)
+    cluster.unfence(second)
+    if elr:  # it left the ISR while the HW was frozen: it holds every committed record
+        assert (cluster.part(KEY).leader, cluster.part(KEY).isr) == (second, (second,))
+        assert cluster.elections[-1].kind is ElectionKind.ELIGIBLE
+        return
     assert cluster.part(KEY).leader == NO_LEADER
-    # The last ISR member comes back (clean shutdown): it leads again.
-    cluster.register(leader)
+    cluster.register(leader)  # the last ISR member comes back (clean shutdown): it leads
     cluster.unfence(leader)
     assert cluster.part(KEY).leader == leader
     assert cluster.part(KEY).status is PartitionStatus.ONLINE
 
 
-def test_automatic_unclean_election_when_topic_allows() -> None:
-    harness = Harness()
+@pytest.mark.parametrize(
+    ("strategy", "elected"),
+    [
+        pytest.param(UncleanRecoveryStrategy.FIRST_ALIVE, True, id="first-alive-at-once"),
+        pytest.param(UncleanRecoveryStrategy.LONGEST_LOG, False, id="longest-log-needs-a-survey"),
+    ],
+)
+def test_automatic_unclean_election_when_topic_allows(
+    strategy: UncleanRecoveryStrategy, elected: bool
+) -> None:
+    harness = Harness(Settings(unclean_recovery_strategy=strategy))
     harness.start_brokers(1, 2)
     harness.create("t", rf=2, configs={"unclean.leader.election.enable": "true"})
     leader, (follower,) = leader_and_followers(harness)
@@ -344,13 +376,19 @@ def test_automatic_unclean_election_when_topic_allows() -> None:
     assert harness.part(KEY).isr == (leader,)
     harness.commit(fence_broker(harness.state, harness.settings, broker_id=leader, reason="x"))
     part = harness.part(KEY)
+    if not elected:  # the controller's unclean recovery surveys the logs, then elects
+        assert part.leader == NO_LEADER
+        return
     assert part.leader == follower
     assert part.isr == (follower,)
     assert part.status is PartitionStatus.RECOVERING
     assert harness.elections[-1].kind is ElectionKind.UNCLEAN
 
 
-def test_unclean_restart_leaves_isrs_and_marks_last_member_recovering() -> None:
+def test_unclean_restart_leaves_every_isr_even_as_the_last_member() -> None:
+    """KIP-966 (issue 14 hole 5 / issue 15): a broker without proof that its log is intact
+    leaves every ISR, even one it is the last member of: that partition goes offline
+    rather than being led by a replica that may have lost acknowledged records."""
     harness = Harness()
     harness.start_brokers(1, 2)
     harness.create("a", rf=2)
@@ -358,16 +396,88 @@ def test_unclean_restart_leaves_isrs_and_marks_last_member_recovering() -> None:
     solo_owner = harness.part(("solo", 0)).replicas[0]
     other = 2 if solo_owner == 1 else 1
     harness.commit(fence_broker(harness.state, harness.settings, broker_id=solo_owner, reason="x"))
+    fenced = harness.part(("solo", 0))
+    assert (fenced.isr, fenced.elr) == ((), (solo_owner,))  # fenced: eligible, waited for
     harness.register(solo_owner, clean_shutdown=False)
     assert harness.part(("a", 0)).isr == (other,)
     assert harness.part(("a", 0)).leader == other
     solo = harness.part(("solo", 0))
-    assert solo.isr == (solo_owner,)
-    assert solo.recovering
-    assert any("unclean stop" in warning for warning in harness.warnings)
+    assert (solo.isr, solo.elr, solo.last_known_elr) == ((), (), (solo_owner,))
+    assert solo.leader == NO_LEADER
+    assert any("leader-election --election-type unclean" in w for w in harness.warnings)
     harness.unfence(solo_owner)
-    assert harness.part(("solo", 0)).status is PartitionStatus.RECOVERING
-    assert harness.part(("solo", 0)).leader == solo_owner
+    assert harness.part(("solo", 0)).status is PartitionStatus.OFFLINE  # nobody to elect
+
+
+def test_an_intact_last_member_leads_again_once_unfenced() -> None:
+    harness = Harness()
+    harness.start_brokers(1)
+    harness.create("solo", rf=1)
+    harness.commit(fence_broker(harness.state, harness.settings, broker_id=1, reason="x"))
+    assert harness.part(("solo", 0)).leader == NO_LEADER
+    harness.register(1, clean_shutdown=True)  # proves its last registration's epoch
+    harness.unfence(1)
+    assert (harness.part(("solo", 0)).leader, harness.part(("solo", 0)).isr) == (1, (1,))
+
+
+@pytest.mark.parametrize(
+    ("previous", "directory", "loss", "why"),
+    [
+        pytest.param(7, "d1", RestartLoss.NONE, "", id="proves-its-last-epoch-same-directory"),
+        pytest.param(-1, "d1", RestartLoss.UNFLUSHED, "without proof", id="no-proof-a-crash"),
+        pytest.param(6, "d1", RestartLoss.UNFLUSHED, "claiming broker epoch 6", id="older-epoch"),
+        pytest.param(7, "d2", RestartLoss.EVERYTHING, "wiped or replaced", id="another-directory"),
+        pytest.param(7, "", RestartLoss.EVERYTHING, "wiped or replaced", id="no-directory-id"),
+    ],
+)
+def test_restart_loss(previous: int, directory: str, loss: RestartLoss, why: str) -> None:
+    existing = BrokerRegistration(
+        broker_id=1, host="h", port=1, incarnation_id="x", broker_epoch=7, directory_id="d1"
+    )
+    got, reason = restart_loss(existing, previous_broker_epoch=previous, directory_id=directory)
+    assert got is loss
+    assert why in reason
+    assert restart_loss(None, previous_broker_epoch=-1, directory_id="") == (RestartLoss.NONE, "")
+
+
+def test_an_unproven_restart_keeps_the_last_member_of_an_fsync_topic() -> None:
+    """flush.policy=fsync: every offset below the HW was fsynced on every ISR member, so a
+    crash without proof (a power loss) cannot have lost a committed record there."""
+    harness = Harness()
+    harness.start_brokers(1)
+    harness.create("synced", rf=1, configs={"flush.policy": "fsync"})
+    harness.commit(fence_broker(harness.state, harness.settings, broker_id=1, reason="x"))
+    harness.register(1, clean_shutdown=False)
+    harness.unfence(1)
+    assert (harness.part(("synced", 0)).leader, harness.part(("synced", 0)).isr) == (1, (1,))
+    # A wiped disk loses even fsynced data.
+    harness.commit(fence_broker(harness.state, harness.settings, broker_id=1, reason="x"))
+    harness.register(1, clean_shutdown=True, directory_id="new-disk")
+    assert harness.part(("synced", 0)).isr == ()
+
+
+def test_a_wiped_data_directory_is_total_loss_of_the_brokers_replicas() -> None:
+    """Issue 14 hole 5: the last ISR member comes back with an empty, new data directory.
+    It must not lead (the other replicas would truncate to its empty log)."""
+    harness = Harness()
+    harness.start_brokers(1, 2, 3)
+    harness.create("w", rf=3)
+    key = ("w", 0)
+    leader, *followers = harness.part(key).replicas
+    for follower in followers:
+        harness.commit(
+            fence_broker(harness.state, harness.settings, broker_id=follower, reason="x")
+        )
+    harness.commit(fence_broker(harness.state, harness.settings, broker_id=leader, reason="x"))
+    assert (harness.part(key).isr, harness.part(key).elr) == ((), (leader,))
+    # The wiped broker presents no proof and a new directory id.
+    harness.register(leader, clean_shutdown=False, directory_id="new-disk")
+    harness.unfence(leader)
+    for follower in followers:
+        harness.register(follower, clean_shutdown=True)
+        harness.unfence(follower)
+    part = harness.part(key)
+    assert (part.leader, part.isr, part.elr) == (NO_LEADER, (), ())
 
 
 def test_clean_restart_keeps_isr_membership(cluster: Harness) -> None:
@@ -447,8 +557,15 @@ def propose(
     leader_epoch_delta: int = 0,
     partition_epoch_delta: int = 0,
     key: tuple[str, int] = KEY,
+    member_epochs: dict[int, int] | None = None,
 ) -> ErrorCode:
+    """A leader's AlterPartition; by default each member carries its current broker epoch,
+    as a leader does for the member it adds (KIP-903)."""
     part = harness.state.partitions.get(key)
+    if member_epochs is None:
+        member_epochs = {
+            b: harness.state.brokers[b].broker_epoch for b in new_isr if b in harness.state.brokers
+        }
     reply = harness.commit(
         alter_partition(
             harness.state,
@@ -462,6 +579,7 @@ def propose(
                     leader_epoch=(part.leader_epoch if part else 0) + leader_epoch_delta,
                     partition_epoch=(part.partition_epoch if part else 0) + partition_epoch_delta,
                     new_isr=new_isr,
+                    member_epochs=member_epochs,
                 )
             ],
         )
@@ -517,6 +635,40 @@ def test_alter_partition_refusals(
     assert cluster.part(KEY) == before
 
 
+@pytest.mark.parametrize(
+    ("epochs_of", "code"),
+    [
+        pytest.param(lambda e: {}, ErrorCode.INELIGIBLE_REPLICA, id="added-member-without-epoch"),
+        pytest.param(
+            lambda e: {"added": e["added"] - 1},
+            ErrorCode.INELIGIBLE_REPLICA,
+            id="added-member-previous-incarnation",
+        ),
+        pytest.param(
+            lambda e: {"added": e["added"], "kept": e["kept"] + 1},
+            ErrorCode.INELIGIBLE_REPLICA,
+            id="kept-member-with-another-epoch",
+        ),
+        pytest.param(lambda e: {"added": e["added"]}, ErrorCode.NONE, id="added-member-current"),
+    ],
+)
+def test_alter_partition_checks_member_broker_epochs(
+    cluster: Harness, epochs_of: Callable[[dict[str, int]], dict[str, int]], code: ErrorCode
+) -> None:
+    """KIP-903: the controller admits a member to the ISR only on the broker epoch of its
+    current registration; the leader may be judging by a restarted broker's old fetches."""
+    leader, (kept, added) = leader_and_followers(cluster)
+    assert propose(cluster, leader, (leader, kept)) is ErrorCode.NONE
+    current = {"added": cluster.state.brokers[added].broker_epoch}
+    current["kept"] = cluster.state.brokers[kept].broker_epoch
+    ids = {"added": added, "kept": kept}
+    epochs = {ids[name]: epoch for name, epoch in epochs_of(current).items()}
+    before = cluster.part(KEY)
+    assert propose(cluster, leader, (leader, kept, added), member_epochs=epochs) is code
+    if code is not ErrorCode.NONE:
+        assert cluster.part(KEY) == before
+
+
 def test_alter_partition_unknown_partition_and_broker(cluster: Harness) -> None:
     leader, _ = leader_and_followers(cluster)
     assert propose(cluster, leader, (leader,), key=("nope", 0)) is (
@@ -538,7 +690,7 @@ def test_alter_partition_refuses_adding_fenced_replica(cluster: Harness) -> None
 
 
 def test_expand_after_unclean_election_clears_recovering() -> None:
-    harness = Harness()
+    harness = Harness(LEGACY)
     harness.start_brokers(1, 2, 3)
     harness.create("t", rf=3, configs={"min.insync.replicas": "2"})
     leader, followers = leader_and_followers(harness)
@@ -646,7 +798,7 @@ def test_alter_configs(cluster: Harness) -> None:
 
 
 def test_enabling_unclean_elects_offline_partitions() -> None:
-    harness = Harness()
+    harness = Harness(LEGACY)
     harness.start_brokers(1, 2)
     harness.create("t", rf=2)
     leader, (follower,) = leader_and_followers(harness)

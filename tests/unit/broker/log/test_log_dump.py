@@ -1,12 +1,16 @@
-"""dump_log: one line per batch, stopping at the first invalid batch of a file."""
+"""dump_log: one line per batch, stopping at the first badly framed batch of a file and
+marking batches whose contents lie invalid."""
 
 from __future__ import annotations
 
+import os
+import struct
 from pathlib import Path
 
 import pytest
 
 from broker.log.dump import dump_log, format_dump_line
+from tests.support.lying_batches import gzip_bomb, one_record_batch, patch_header, with_body
 from tests.unit.broker.log.storage_helpers import SMALL, fill, open_log
 
 
@@ -48,3 +52,29 @@ def test_dump_rejects_other_files(tmp_path: Path) -> None:
     (tmp_path / "x.txt").write_text("x")
     with pytest.raises(ValueError, match="neither"):
         list(dump_log(tmp_path / "x.txt"))
+
+
+def test_dump_marks_batches_whose_contents_lie_invalid(tmp_path: Path) -> None:
+    """Finding 3: CRC-valid batches that lie (count 1000 around one record, count 2^31-1,
+    random bytes as records, a gzip bomb) are invalid, and the scan goes on past them."""
+    honest = one_record_batch()
+    liars = [
+        patch_header(honest, record_count=1000),
+        patch_header(honest, record_count=2**31 - 1),
+        with_body(honest, os.urandom(200)),
+        gzip_bomb(100 * 1024 * 1024),
+    ]
+    offset = 0
+    data = b""
+    for batch in [honest, *liars, honest]:
+        stamped = patch_header(batch, base_offset=offset)
+        data += stamped
+        offset += struct.unpack_from("<i", stamped, 61)[0]
+    segment = tmp_path / "00000000000000000000.log"
+    segment.write_bytes(data)
+    lines = list(dump_log(segment))
+    assert [x.valid for x in lines] == [True, False, False, False, False, True]
+    assert "record count 1000" in lines[1].error
+    assert "record count 2147483647" in lines[2].error
+    assert "record" in lines[3].error
+    assert "expand beyond" in lines[4].error

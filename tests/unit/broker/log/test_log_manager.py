@@ -8,7 +8,8 @@ import msgspec
 import pytest
 
 from broker.log.config import LogConfig
-from broker.log.errors import DataDirLockedError
+from broker.log.directory_state import PreviousStop
+from broker.log.errors import DataDirLockedError, LogStorageError
 from broker.log.manager import (
     CLEAN_SHUTDOWN_NAME,
     HIGH_WATERMARK_NAME,
@@ -46,10 +47,80 @@ def test_second_manager_on_same_dir_is_refused(tmp_path: Path) -> None:
     LogManager(tmp_path, SMALL, now_ms=0).shutdown()
 
 
-def test_fresh_dir_counts_as_clean(tmp_path: Path) -> None:
-    manager = LogManager(tmp_path / "data", SMALL, now_ms=0)
-    assert manager.had_clean_shutdown
-    manager.shutdown()
+def test_a_fresh_directory_proves_nothing(tmp_path: Path) -> None:
+    """Issue 14 hole 5: a new (or wiped) data directory used to count as a clean shutdown,
+    so its broker stayed the last ISR member and led with an empty log."""
+    manager = LogManager(tmp_path / "data", SMALL, now_ms=0, node_id=1, boot_id="boot-a")
+    assert not manager.had_clean_shutdown
+    assert manager.previous_stop.stop is PreviousStop.NEW_DIRECTORY
+    assert manager.proven_broker_epoch == -1
+    assert len(manager.directory_id) == 32
+    manager.shutdown(broker_epoch=4)
+
+
+@pytest.mark.parametrize(
+    ("how", "boot_after", "stop", "proven"),
+    [
+        pytest.param(
+            "clean", "boot-a", PreviousStop.CLEAN, 7, id="clean-shutdown-proves-its-epoch"
+        ),
+        pytest.param(
+            "clean", "boot-b", PreviousStop.CLEAN, 7, id="clean-shutdown-then-reboot-still-proves"
+        ),
+        pytest.param(
+            "crash", "boot-a", PreviousStop.CRASH_SAME_BOOT, 7, id="crash-page-cache-survived"
+        ),
+        pytest.param(
+            "crash", "boot-b", PreviousStop.CRASH_OTHER_BOOT, -1, id="crash-after-a-reboot"
+        ),
+        pytest.param(
+            "unregistered-crash",
+            "boot-a",
+            PreviousStop.UNKNOWN,
+            -1,
+            id="crash-before-the-first-registration",
+        ),
+    ],
+)
+def test_the_previous_stop_and_what_it_proves(
+    tmp_path: Path, how: str, boot_after: str, stop: PreviousStop, proven: int
+) -> None:
+    manager = LogManager(tmp_path, SMALL, now_ms=0, node_id=1, boot_id="boot-a")
+    directory_id = manager.directory_id
+    fill(manager.get_or_create("t", 0), 2)
+    if how != "unregistered-crash":
+        manager.record_registration(7)
+    if how == "clean":
+        manager.shutdown(broker_epoch=7)
+    else:
+        manager.abandon()
+    again = LogManager(tmp_path, SMALL, now_ms=0, node_id=1, boot_id=boot_after)
+    assert again.previous_stop.stop is stop
+    assert again.proven_broker_epoch == proven
+    assert again.had_clean_shutdown is (stop is PreviousStop.CLEAN)
+    assert again.directory_id == directory_id
+    again.shutdown()
+
+
+def test_a_crash_whose_recovery_cut_more_than_a_torn_batch_proves_nothing(tmp_path: Path) -> None:
+    manager = LogManager(tmp_path, SMALL, now_ms=0, node_id=1, boot_id="boot-a")
+    fill(manager.get_or_create("t", 0), 4)
+    manager.record_registration(7)
+    manager.abandon()
+    segment = sorted((tmp_path / "t-0").glob("*.log"))[-1]
+    data = bytearray(segment.read_bytes())
+    data[80] ^= 0xFF  # a flipped bit in the first batch: corruption, not a torn write
+    segment.write_bytes(bytes(data))
+    again = LogManager(tmp_path, SMALL, now_ms=0, node_id=1, boot_id="boot-a")
+    assert again.previous_stop.stop is PreviousStop.CRASH_SAME_BOOT
+    assert again.proven_broker_epoch == -1
+    again.shutdown()
+
+
+def test_another_brokers_directory_is_refused(tmp_path: Path) -> None:
+    LogManager(tmp_path, SMALL, now_ms=0, node_id=1).shutdown()
+    with pytest.raises(LogStorageError, match="belongs to broker 1, not 2"):
+        LogManager(tmp_path, SMALL, now_ms=0, node_id=2)
 
 
 def test_clean_shutdown_round_trip(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ from broker.replica.high_watermark import (
     can_append_with_acks_all,
     compute_high_watermark,
     follower_high_watermark,
+    latest_offset_available,
     produce_outcome,
 )
 from broker.replica.state import (
@@ -114,9 +115,16 @@ def leader(isr_state: IsrState, *followers: FollowerProgress, hw: int = 5) -> Le
     )
 
 
+#: Brokers the metadata shows live and unfenced, with their current broker epochs.
+ELIGIBLE = {1: 10, 2: 20, 3: 30}
+
+
 def fp(broker_id: int, leo: int, caught_up_ms: int = 0) -> FollowerProgress:
     return FollowerProgress(
-        broker_id=broker_id, log_end_offset=leo, last_caught_up_time_ms=caught_up_ms
+        broker_id=broker_id,
+        log_end_offset=leo,
+        last_caught_up_time_ms=caught_up_ms,
+        broker_epoch=ELIGIBLE[broker_id],
     )
 
 
@@ -128,7 +136,9 @@ def fp(broker_id: int, leo: int, caught_up_ms: int = 0) -> FollowerProgress:
         ),
         pytest.param(
             leader(
-                PendingExpandIsr(isr=frozenset({1, 2}), adding=3, sent_partition_epoch=4),
+                PendingExpandIsr(
+                    isr=frozenset({1, 2}), adding=3, adding_broker_epoch=30, sent_partition_epoch=4
+                ),
                 fp(2, 8),
                 fp(3, 6),
             ),
@@ -165,21 +175,32 @@ def fp(broker_id: int, leo: int, caught_up_ms: int = 0) -> FollowerProgress:
 )
 def test_advance_high_watermark(state: LeaderState, expected_hw: int) -> None:
     after = advance_high_watermark(
-        state, leader_leo=10, now_ms=50_000, replica_lag_time_max_ms=LAG_MS
+        state,
+        leader_leo=10,
+        now_ms=50_000,
+        replica_lag_time_max_ms=LAG_MS,
+        eligible_epochs=ELIGIBLE,
     )
     assert after.high_watermark == expected_hw
     if expected_hw == state.high_watermark:
         assert after is state
 
 
-def test_advance_high_watermark_ignores_ineligible_joiners() -> None:
+@pytest.mark.parametrize(
+    "eligible",
+    [
+        pytest.param({1: 10, 2: 20}, id="fenced-or-shutting-down"),
+        pytest.param({**ELIGIBLE, 3: 31}, id="progress-of-a-previous-incarnation"),
+    ],
+)
+def test_advance_high_watermark_ignores_ineligible_joiners(eligible: dict[int, int]) -> None:
     state = leader(CommittedIsr(isr=frozenset({1, 2})), fp(2, 8), fp(3, 7, caught_up_ms=45_000))
     after = advance_high_watermark(
         state,
         leader_leo=10,
         now_ms=50_000,
         replica_lag_time_max_ms=LAG_MS,
-        ineligible=frozenset({3}),
+        eligible_epochs=eligible,
     )
     assert after.high_watermark == 8
 
@@ -212,24 +233,58 @@ def test_can_append_with_acks_all(isr_size: int, min_isr: int, expected: bool) -
 
 
 @pytest.mark.parametrize(
-    ("required", "hw", "isr_size", "outcome"),
+    ("required", "hw", "isr_size", "leader_epoch", "outcome"),
     [
-        pytest.param(10, 10, 2, ProduceOutcome.COMPLETE, id="hw-covers-batch"),
+        pytest.param(10, 10, 2, 4, ProduceOutcome.COMPLETE, id="hw-covers-batch"),
         pytest.param(
-            10, 12, 1, ProduceOutcome.COMPLETE, id="covered-before-isr-shrank-is-committed"
+            10, 12, 1, 4, ProduceOutcome.COMPLETE, id="covered-before-isr-shrank-is-committed"
         ),
-        pytest.param(10, 9, 2, ProduceOutcome.WAIT, id="not-yet-covered"),
+        pytest.param(10, 9, 2, 4, ProduceOutcome.WAIT, id="not-yet-covered"),
         pytest.param(
             10,
             9,
             1,
+            4,
             ProduceOutcome.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
             id="isr-dropped-while-waiting",
         ),
+        pytest.param(10, 9, 2, None, ProduceOutcome.LEADERSHIP_CHANGED, id="no-longer-leader"),
+        pytest.param(
+            10,
+            12,
+            2,
+            6,
+            ProduceOutcome.LEADERSHIP_CHANGED,
+            id="leader-again-in-a-newer-epoch-hw-passed-says-nothing",
+        ),
     ],
 )
-def test_produce_outcome(required: int, hw: int, isr_size: int, outcome: ProduceOutcome) -> None:
+def test_produce_outcome(
+    required: int, hw: int, isr_size: int, leader_epoch: int | None, outcome: ProduceOutcome
+) -> None:
     assert (
-        produce_outcome(required_offset=required, high_watermark=hw, isr_size=isr_size, min_isr=2)
+        produce_outcome(
+            required_offset=required,
+            high_watermark=hw,
+            isr_size=isr_size,
+            min_isr=2,
+            appended_leader_epoch=4,
+            leader_epoch=leader_epoch,
+        )
         is outcome
+    )
+
+
+@pytest.mark.parametrize(
+    ("hw", "epoch_start", "available"),
+    [
+        pytest.param(10, 10, True, id="hw-at-epoch-start"),
+        pytest.param(12, 10, True, id="hw-past-epoch-start"),
+        pytest.param(8, 10, False, id="new-leader-hw-lags-its-predecessors"),
+    ],
+)
+def test_latest_offset_available(hw: int, epoch_start: int, available: bool) -> None:
+    assert (
+        latest_offset_available(high_watermark=hw, leader_epoch_start_offset=epoch_start)
+        is available
     )

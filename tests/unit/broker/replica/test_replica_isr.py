@@ -39,6 +39,8 @@ from broker.replica.state import (
 from minikafka.errors import ErrorCode
 
 LAG_MS = 10_000
+#: The brokers the metadata shows live and unfenced, with their current broker epochs.
+ELIGIBLE = {1: 10, 2: 20, 3: 30, 4: 40}
 
 
 def progress(
@@ -48,6 +50,7 @@ def progress(
     caught_up_ms: int = 0,
     fetch_ms: int = 0,
     fetch_leader_leo: int = UNKNOWN,
+    broker_epoch: int | None = None,
 ) -> FollowerProgress:
     return FollowerProgress(
         broker_id=broker_id,
@@ -55,6 +58,7 @@ def progress(
         last_caught_up_time_ms=caught_up_ms,
         last_fetch_time_ms=fetch_ms,
         last_fetch_leader_leo=fetch_leader_leo,
+        broker_epoch=ELIGIBLE.get(broker_id, UNKNOWN) if broker_epoch is None else broker_epoch,
     )
 
 
@@ -90,7 +94,9 @@ def leader(
     [
         pytest.param(CommittedIsr(isr=frozenset({1, 2})), {1, 2}, False, id="committed"),
         pytest.param(
-            PendingExpandIsr(isr=frozenset({1, 2}), adding=3, sent_partition_epoch=1),
+            PendingExpandIsr(
+                isr=frozenset({1, 2}), adding=3, adding_broker_epoch=30, sent_partition_epoch=1
+            ),
             {1, 2, 3},
             True,
             id="expand-counts-new-member-at-once",
@@ -247,9 +253,17 @@ def test_progress_times_are_monotonic(fetches: list[tuple[int, int, int]]) -> No
     ("is_new_leader", "in_sync", "expected"),
     [
         pytest.param(
-            True, True, progress(caught_up_ms=5000), id="new-leader-in-sync-forgets-leo-gets-window"
+            True,
+            True,
+            progress(caught_up_ms=5000, broker_epoch=UNKNOWN),
+            id="new-leader-in-sync-forgets-leo-gets-window",
         ),
-        pytest.param(True, False, progress(), id="new-leader-out-of-sync-forgets-everything"),
+        pytest.param(
+            True,
+            False,
+            progress(broker_epoch=UNKNOWN),
+            id="new-leader-out-of-sync-forgets-everything",
+        ),
         pytest.param(
             False,
             True,
@@ -283,12 +297,51 @@ def test_reset_follower_progress(
 
 def test_record_follower_fetch_updates_only_that_follower() -> None:
     state = leader()
-    after = record_follower_fetch(state, broker_id=3, fetch_offset=12, leader_leo=12, now_ms=77)
+    after = record_follower_fetch(
+        state, broker_id=3, fetch_offset=12, leader_leo=12, now_ms=77, broker_epoch=30
+    )
     assert after.follower(2) == state.follower(2)
     assert after.follower(3) == progress(
         3, leo=12, caught_up_ms=77, fetch_ms=77, fetch_leader_leo=12
     )
     assert after.follower(9) is None
+
+
+@pytest.mark.parametrize(
+    ("known_epoch", "fetch_epoch", "expected"),
+    [
+        pytest.param(
+            30,
+            31,
+            progress(3, leo=4, caught_up_ms=0, fetch_ms=77, fetch_leader_leo=12, broker_epoch=31),
+            id="kip-903-new-incarnation-starts-afresh",
+        ),
+        pytest.param(
+            30,
+            29,
+            progress(3, leo=12, caught_up_ms=50, fetch_ms=50, fetch_leader_leo=12),
+            id="kip-903-older-incarnation-changes-nothing",
+        ),
+        pytest.param(
+            UNKNOWN,
+            30,
+            progress(3, leo=4, caught_up_ms=50, fetch_ms=77, fetch_leader_leo=12, broker_epoch=30),
+            id="progress-without-epoch-adopts-the-fetchs",
+        ),
+    ],
+)
+def test_record_follower_fetch_keys_progress_by_incarnation(
+    known_epoch: int, fetch_epoch: int, expected: FollowerProgress
+) -> None:
+    """A follower caught up at 12 in one incarnation fetches at 4 (it lost its tail)."""
+    before = progress(
+        3, leo=12, caught_up_ms=50, fetch_ms=50, fetch_leader_leo=12, broker_epoch=known_epoch
+    )
+    state = leader(followers=(progress(2), before))
+    after = record_follower_fetch(
+        state, broker_id=3, fetch_offset=4, leader_leo=12, now_ms=77, broker_epoch=fetch_epoch
+    )
+    assert after.follower(3) == expected
 
 
 @pytest.mark.parametrize(
@@ -322,7 +375,10 @@ def test_record_follower_fetch_refuses_non_followers(broker_id: int) -> None:
         pytest.param(
             leader(
                 isr_state=PendingExpandIsr(
-                    isr=frozenset({1, 2, 3}), adding=4, sent_partition_epoch=7
+                    isr=frozenset({1, 2, 3}),
+                    adding=4,
+                    adding_broker_epoch=40,
+                    sent_partition_epoch=7,
                 ),
                 followers=(progress(2), progress(3)),
             ),
@@ -357,17 +413,19 @@ ISR_12 = CommittedIsr(isr=frozenset({1, 2}))
 
 
 @pytest.mark.parametrize(
-    ("state", "ineligible", "expected"),
+    ("state", "fetched_by", "eligible", "expected"),
     [
         pytest.param(
             leader(isr_state=ISR_12, followers=(progress(2, leo=10), progress(3, leo=10))),
-            frozenset(),
+            3,
+            ELIGIBLE,
             3,
             id="at-hw-and-past-epoch-start",
         ),
         pytest.param(
             leader(isr_state=ISR_12, followers=(progress(2, leo=10), progress(3, leo=9))),
-            frozenset(),
+            3,
+            ELIGIBLE,
             None,
             id="below-hw",
         ),
@@ -375,15 +433,44 @@ ISR_12 = CommittedIsr(isr=frozenset({1, 2}))
             leader(
                 isr_state=ISR_12, hw=3, epoch_start=5, followers=(progress(2), progress(3, leo=4))
             ),
-            frozenset(),
+            3,
+            ELIGIBLE,
             None,
             id="above-hw-but-below-epoch-start",
         ),
         pytest.param(
             leader(isr_state=ISR_12, followers=(progress(2, leo=10), progress(3, leo=10))),
-            frozenset({3}),
+            3,
+            {1: 10, 2: 20},
             None,
-            id="ineligible-fenced-broker",
+            id="fenced-or-shutting-down-broker",
+        ),
+        pytest.param(
+            leader(
+                isr_state=ISR_12,
+                followers=(progress(2, leo=10), progress(3, leo=10, broker_epoch=30)),
+            ),
+            3,
+            {**ELIGIBLE, 3: 31},
+            None,
+            id="kip-903-progress-of-a-previous-incarnation",
+        ),
+        pytest.param(
+            leader(
+                isr_state=ISR_12,
+                followers=(progress(2, leo=10), progress(3, leo=10, broker_epoch=UNKNOWN)),
+            ),
+            3,
+            ELIGIBLE,
+            None,
+            id="kip-903-progress-without-an-epoch",
+        ),
+        pytest.param(
+            leader(isr_state=ISR_12, followers=(progress(2, leo=10), progress(3, leo=10))),
+            2,
+            ELIGIBLE,
+            None,
+            id="kip-903-another-followers-fetch-never-adds-3",
         ),
         pytest.param(
             leader(
@@ -392,37 +479,38 @@ ISR_12 = CommittedIsr(isr=frozenset({1, 2}))
                 ),
                 followers=(progress(2), progress(3, leo=10)),
             ),
-            frozenset(),
+            3,
+            ELIGIBLE,
             None,
             id="nothing-while-inflight",
         ),
         pytest.param(
             leader(isr_state=ISR_12, followers=(progress(2, leo=10),)),
-            frozenset(),
+            3,
+            ELIGIBLE,
             None,
             id="replica-without-progress",
         ),
         pytest.param(
-            leader(
-                isr_state=CommittedIsr(isr=frozenset({1})),
-                followers=(progress(2, leo=11), progress(3, leo=12)),
-            ),
-            frozenset(),
-            2,
-            id="first-in-assignment-order",
+            leader(followers=(progress(2, leo=10), progress(3, leo=10))),
+            3,
+            ELIGIBLE,
+            None,
+            id="already-in-isr",
         ),
         pytest.param(
-            leader(followers=(progress(2, leo=10), progress(3, leo=10))),
-            frozenset(),
+            leader(isr_state=CommittedIsr(isr=frozenset({1}))),
+            1,
+            ELIGIBLE,
             None,
-            id="everyone-already-in-isr",
+            id="the-leader-itself",
         ),
     ],
 )
 def test_replica_to_expand(
-    state: LeaderState, ineligible: frozenset[int], expected: int | None
+    state: LeaderState, fetched_by: int, eligible: dict[int, int], expected: int | None
 ) -> None:
-    assert replica_to_expand(state, ineligible=ineligible) == expected
+    assert replica_to_expand(state, broker_id=fetched_by, eligible_epochs=eligible) == expected
 
 
 def test_caught_up_candidates_excludes_maximal_isr_and_ineligible() -> None:
@@ -436,14 +524,21 @@ def test_caught_up_candidates_excludes_maximal_isr_and_ineligible() -> None:
         leader_leo=20,
         now_ms=50_000,
         replica_lag_time_max_ms=LAG_MS,
-        ineligible=frozenset({3}),
+        eligible_epochs={**ELIGIBLE, 3: 31},
     )
     assert got == frozenset({2})
     pending = msgspec.structs.replace(
-        state, isr_state=PendingExpandIsr(isr=frozenset({1}), adding=2, sent_partition_epoch=7)
+        state,
+        isr_state=PendingExpandIsr(
+            isr=frozenset({1}), adding=2, adding_broker_epoch=20, sent_partition_epoch=7
+        ),
     )
     assert caught_up_candidates(
-        pending, leader_leo=20, now_ms=50_000, replica_lag_time_max_ms=LAG_MS
+        pending,
+        leader_leo=20,
+        now_ms=50_000,
+        replica_lag_time_max_ms=LAG_MS,
+        eligible_epochs=ELIGIBLE,
     ) == {3}
 
 
@@ -451,13 +546,16 @@ def test_caught_up_candidates_excludes_maximal_isr_and_ineligible() -> None:
 
 
 @pytest.mark.parametrize(
-    ("change", "pending", "new_isr"),
+    ("change", "pending", "new_isr", "epochs"),
     [
         pytest.param(
             ExpandIsr(adding=3),
-            PendingExpandIsr(isr=frozenset({1, 2}), adding=3, sent_partition_epoch=7),
+            PendingExpandIsr(
+                isr=frozenset({1, 2}), adding=3, adding_broker_epoch=30, sent_partition_epoch=7
+            ),
             (1, 2, 3),
-            id="expand",
+            ((1, UNKNOWN), (2, UNKNOWN), (3, 30)),
+            id="expand-carries-the-added-members-epoch",
         ),
         pytest.param(
             ShrinkIsr(removing=frozenset({2})),
@@ -465,18 +563,29 @@ def test_caught_up_candidates_excludes_maximal_isr_and_ineligible() -> None:
                 isr=frozenset({1, 2}), removing=frozenset({2}), sent_partition_epoch=7
             ),
             (1,),
+            ((1, UNKNOWN),),
             id="shrink",
         ),
     ],
 )
-def test_propose_isr_change(change: IsrChange, pending: IsrState, new_isr: tuple[int, ...]) -> None:
+def test_propose_isr_change(
+    change: IsrChange,
+    pending: IsrState,
+    new_isr: tuple[int, ...],
+    epochs: tuple[tuple[int, int], ...],
+) -> None:
     state = leader(isr_state=ISR_12)
     assert pending_alter_partition(state) is None
     after, item = propose_isr_change(state, change)
     assert after.isr_state == pending
     assert after.isr == frozenset({1, 2})  # nothing committed yet
     assert item == AlterPartitionItem(
-        topic="t", partition=0, leader_epoch=4, partition_epoch=7, new_isr=new_isr
+        topic="t",
+        partition=0,
+        leader_epoch=4,
+        partition_epoch=7,
+        new_isr=new_isr,
+        new_isr_with_epochs=epochs,
     )
     assert pending_alter_partition(after) == item
 
@@ -485,7 +594,9 @@ def test_propose_isr_change(change: IsrChange, pending: IsrState, new_isr: tuple
     ("isr_state", "change", "message"),
     [
         pytest.param(
-            PendingExpandIsr(isr=frozenset({1, 2}), adding=3, sent_partition_epoch=7),
+            PendingExpandIsr(
+                isr=frozenset({1, 2}), adding=3, adding_broker_epoch=30, sent_partition_epoch=7
+            ),
             ShrinkIsr(removing=frozenset({2})),
             "already in flight",
             id="one-change-in-flight",

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-PURE_MODULES = ("state", "isr", "high_watermark", "truncation", "transitions")
+PURE_MODULES = ("state", "isr", "high_watermark", "truncation", "transitions", "follower_fetch")
 FORBIDDEN = ("asyncio", "time", "random", "socket", "threading", "grpc", "os", "minikafka.v1")
 REPLICA_DIR = Path(__file__).resolve().parents[4] / "broker" / "replica"
 

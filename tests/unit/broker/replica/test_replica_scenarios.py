@@ -168,7 +168,11 @@ class SimLeader:
             now_ms=now_ms,
         )
         self.state = advance_high_watermark(
-            self.state, leader_leo=self.replica.leo, now_ms=now_ms, replica_lag_time_max_ms=LAG_MS
+            self.state,
+            leader_leo=self.replica.leo,
+            now_ms=now_ms,
+            replica_lag_time_max_ms=LAG_MS,
+            eligible_epochs={},
         )
         self.replica.hw = self.state.high_watermark
         follower.hw = follower_high_watermark(
@@ -181,6 +185,8 @@ class SimLeader:
             high_watermark=self.state.high_watermark,
             isr_size=len(self.state.isr),
             min_isr=self.state.min_insync_replicas,
+            appended_leader_epoch=self.state.leader_epoch,
+            leader_epoch=self.state.leader_epoch,
         )
         return outcome is ProduceOutcome.COMPLETE
 
@@ -206,6 +212,7 @@ def test_kip101_scenario1_follower_restart_then_leader_failure_keeps_acked_m2() 
         leader_leo=b.leo,
         now_ms=4,
         replica_lag_time_max_ms=LAG_MS,
+        eligible_epochs={},
     )
     assert leader_b.acked(m2)  # ... m2 is acknowledged, but the response to A is lost
     assert a.hw == 1  # A's HW lags: truncating to it (pre-KIP-101) would drop m2

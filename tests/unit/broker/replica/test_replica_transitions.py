@@ -26,9 +26,11 @@ from broker.replica.transitions import (
     PartitionDecision,
     UpdateIsr,
     apply_leader_isr_update,
+    check_control_request,
     check_controller_epoch,
     check_leader_epoch,
     check_partition_access,
+    check_replica_fetch_epoch,
     check_stop_replica,
     decide_partition_update,
     new_follower_state,
@@ -319,3 +321,46 @@ def test_check_partition_access(
         state, requested_leader_epoch=requested, require_leader=require_leader
     )
     assert got == expected
+
+
+@pytest.mark.parametrize(
+    ("controller_epoch", "broker_epoch", "current", "expected"),
+    [
+        pytest.param(4, 8, 8, None, id="this-incarnation-current-controller"),
+        pytest.param(5, 8, 8, None, id="newer-controller-announced-by-the-session"),
+        pytest.param(4, 5, -1, ErrorCode.STALE_BROKER_EPOCH, id="not-registered-yet"),
+        pytest.param(4, -1, -1, ErrorCode.STALE_BROKER_EPOCH, id="not-registered-no-epoch"),
+        pytest.param(4, -1, 8, ErrorCode.STALE_BROKER_EPOCH, id="request-without-broker-epoch"),
+        pytest.param(4, 5, 8, ErrorCode.STALE_BROKER_EPOCH, id="previous-incarnation"),
+        pytest.param(3, 8, 8, ErrorCode.STALE_CONTROLLER_EPOCH, id="older-controller"),
+        pytest.param(6, 8, 8, ErrorCode.NOT_CONTROLLER, id="controller-epoch-never-announced"),
+    ],
+)
+def test_check_control_request(
+    controller_epoch: int, broker_epoch: int, current: int, expected: ErrorCode | None
+) -> None:
+    assert (
+        check_control_request(
+            controller_epoch=controller_epoch,
+            broker_epoch=broker_epoch,
+            current_broker_epoch=current,
+            seen_controller_epoch=4,
+            session_controller_epoch=5,
+        )
+        == expected
+    )
+
+
+@pytest.mark.parametrize(
+    ("requested", "known", "served"),
+    [
+        pytest.param(7, 7, True, id="current-incarnation"),
+        pytest.param(8, 7, True, id="newer-than-the-metadata-shows"),
+        pytest.param(6, 7, False, id="zombie-previous-incarnation"),
+        pytest.param(-1, 7, False, id="follower-not-registered"),
+        pytest.param(-1, None, False, id="unknown-follower-not-registered"),
+        pytest.param(3, None, True, id="follower-the-metadata-does-not-show-yet"),
+    ],
+)
+def test_check_replica_fetch_epoch(requested: int, known: int | None, served: bool) -> None:
+    assert check_replica_fetch_epoch(requested, known) is served

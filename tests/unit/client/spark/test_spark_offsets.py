@@ -15,10 +15,8 @@ from client.spark.offsets import (
     OffsetRange,
     OffsetSpec,
     canonical,
-    cap,
     flatten,
     nest,
-    never_backwards,
     parse_offset_spec,
     plan_ranges,
     rate_limit,
@@ -158,28 +156,6 @@ def test_rate_limit_stays_between_start_and_latest_and_makes_progress(
     moved = sum(got[tp] - start[tp] for tp in latest)
     lag = sum(latest[tp] - start[tp] for tp in latest)
     assert moved == lag or (moved >= 1 and moved <= limit + len(latest))
-
-
-def test_never_backwards_holds_the_floor_and_names_partitions_behind() -> None:
-    latest, behind = never_backwards(
-        {("t", 0): 10, ("t", 1): 5, ("t", 2): 3}, {("t", 0): 8, ("t", 1): 7, ("t", 3): 1}
-    )
-    assert latest == {("t", 0): 10, ("t", 1): 7, ("t", 2): 3, ("t", 3): 1}
-    assert behind == [("t", 0), ("t", 2)]
-
-
-@given(offset_maps, offset_maps)
-def test_never_backwards_property(floor: dict[TP, int], fetched: dict[TP, int]) -> None:
-    latest, behind = never_backwards(floor, fetched)
-    assert all(latest[tp] >= o for tp, o in floor.items())
-    assert all(latest[tp] >= o for tp, o in fetched.items())
-    assert set(behind) == {tp for tp, o in floor.items() if fetched.get(tp, -1) < o}
-
-
-def test_cap_limits_to_the_available_now_target() -> None:
-    latest = {("t", 0): 10, ("t", 1): 4, ("t", 2): 9}
-    assert cap(latest, None) == latest
-    assert cap(latest, {("t", 0): 7, ("t", 1): 6}) == {("t", 0): 7, ("t", 1): 4}
 
 
 def test_plan_ranges_new_partitions_start_at_earliest_and_backwards_is_reported() -> None:

@@ -1,8 +1,13 @@
-"""`minikafka dev`: a controller and N brokers as child processes on 127.0.0.1.
+"""`minikafka dev`: a controller quorum and N brokers as child processes on 127.0.0.1.
 
 Children are started with `python -m minikafka`, waited on through their gRPC health
-service, and stopped with SIGTERM (brokers first, then the controller) on Ctrl-C or
+service, and stopped with SIGTERM (brokers first, then the controllers) on Ctrl-C or
 SIGTERM. Only the processes started here are ever signalled, by pid.
+
+With more than one controller they are voters `1..N` of one quorum (`--quorum`), in
+`controller-1..N/`; the cluster id they format with is kept in `<data dir>/cluster-id`, so
+a restart over the same directory finds the same cluster. One controller runs alone as
+controller 0 in `controller/` (the layout before the quorum).
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from minikafka.v1 import broker_pb2_grpc, controller_pb2
+
+CLUSTER_ID_FILE = "cluster-id"
 
 STARTUP_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 20.0
@@ -87,6 +94,7 @@ class DevCluster:
         data_dir: Path,
         base_port: int,
         log_level: str,
+        controllers: int = 1,
         stop: threading.Event | None = None,
     ) -> None:
         self.data_dir = data_dir
@@ -95,8 +103,8 @@ class DevCluster:
         self.stop_requested = stop if stop is not None else threading.Event()
         if base_port:
             self.broker_ports = [base_port + i for i in range(brokers)]
-            self.controller_port = base_port + 100
-            busy = [p for p in [*self.broker_ports, self.controller_port] if not _port_is_free(p)]
+            self.controller_ports = [base_port + 100 + i for i in range(controllers)]
+            busy = [p for p in [*self.broker_ports, *self.controller_ports] if not _port_is_free(p)]
             if busy:
                 raise RuntimeError(
                     f"port(s) {', '.join(map(str, busy))} on 127.0.0.1 are in use; stop what "
@@ -104,12 +112,45 @@ class DevCluster:
                 )
         else:
             self.broker_ports = [_free_port() for _ in range(brokers)]
-            self.controller_port = _free_port()
+            self.controller_ports = [_free_port() for _ in range(controllers)]
         self.children: list[tuple[str, str, subprocess.Popen[bytes]]] = []
 
     @property
+    def controller_ids(self) -> list[int]:
+        """Voter ids: 1..N in a quorum, 0 for a lone controller."""
+        if len(self.controller_ports) == 1:
+            return [0]
+        return list(range(1, len(self.controller_ports) + 1))
+
+    def _controller_name(self, node_id: int) -> str:
+        return "controller" if len(self.controller_ports) == 1 else f"controller-{node_id}"
+
+    @property
+    def controller_addresses(self) -> list[str]:
+        return [f"127.0.0.1:{port}" for port in self.controller_ports]
+
+    @property
     def controller_address(self) -> str:
-        return f"127.0.0.1:{self.controller_port}"
+        """Every controller, as brokers take them (`--controller`)."""
+        return ",".join(self.controller_addresses)
+
+    @property
+    def quorum(self) -> str:
+        return ",".join(
+            f"{node_id}@{address}"
+            for node_id, address in zip(self.controller_ids, self.controller_addresses, strict=True)
+        )
+
+    def cluster_id(self) -> str:
+        """The quorum's cluster id, created once per data directory."""
+        path = self.data_dir / CLUSTER_ID_FILE
+        if path.exists():
+            return path.read_text().strip()
+        from controller.app import new_cluster_id
+
+        cluster_id = new_cluster_id()
+        path.write_text(cluster_id + "\n")
+        return cluster_id
 
     @property
     def bootstrap(self) -> str:
@@ -131,20 +172,29 @@ class DevCluster:
 
     def start(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        controller = self._spawn(
-            "controller",
-            self.controller_address,
-            [
-                "controller",
-                "--id",
-                "0",
-                "--listen",
-                self.controller_address,
-                "--data-dir",
-                str(self.data_dir / "controller"),
-            ],
-        )
-        self._wait_serving("controller", self.controller_address, controller)
+        self._check_layout()
+        quorum: list[str] = []
+        if len(self.controller_ports) > 1:
+            quorum = ["--quorum", self.quorum, "--cluster-id", self.cluster_id()]
+        for node_id, address in zip(self.controller_ids, self.controller_addresses, strict=True):
+            name = self._controller_name(node_id)
+            self._spawn(
+                name,
+                address,
+                [
+                    "controller",
+                    "--id",
+                    str(node_id),
+                    "--listen",
+                    address,
+                    "--data-dir",
+                    str(self.data_dir / name),
+                    *quorum,
+                ],
+            )
+        # Together: the voters of a new quorum wait for each other to format.
+        for name, address, proc in list(self.children):
+            self._wait_serving(name, address, proc)
         for index, port in enumerate(self.broker_ports, start=1):
             address = f"127.0.0.1:{port}"
             self._spawn(
@@ -162,9 +212,25 @@ class DevCluster:
                     str(self.data_dir / f"broker-{index}"),
                 ],
             )
-        for name, address, proc in self.children[1:]:
+        for name, address, proc in self.children[len(self.controller_ports) :]:
             self._wait_serving(name, address, proc)
         self._wait_brokers_active(len(self.broker_ports))
+
+    def _check_layout(self) -> None:
+        """Refuse a data directory of the other layout: its brokers hold that cluster's
+        partitions, which a new cluster would not know."""
+        lone = (self.data_dir / "controller").is_dir()
+        quorum = any(path.is_dir() for path in self.data_dir.glob("controller-*"))
+        if len(self.controller_ports) > 1 and lone:
+            raise RuntimeError(
+                f"{self.data_dir} holds a cluster with one controller (controller/): run it "
+                "with --controllers 1, or use another --data-dir"
+            )
+        if len(self.controller_ports) == 1 and quorum:
+            raise RuntimeError(
+                f"{self.data_dir} holds a cluster with a controller quorum (controller-N/): "
+                "run it with that --controllers count, or use another --data-dir"
+            )
 
     def _wait_serving(self, name: str, address: str, proc: subprocess.Popen[bytes]) -> None:
         try:
@@ -205,9 +271,9 @@ class DevCluster:
         return "\n".join(lines)
 
     def stop(self) -> None:
-        """SIGTERM brokers (in parallel), then the controller; SIGKILL after a timeout."""
-        brokers = [c for c in self.children if c[0] != "controller"]
-        controllers = [c for c in self.children if c[0] == "controller"]
+        """SIGTERM brokers (in parallel), then the controllers; SIGKILL after a timeout."""
+        brokers = [c for c in self.children if not c[0].startswith("controller")]
+        controllers = [c for c in self.children if c[0].startswith("controller")]
         for group in (brokers, controllers):
             for _, _, proc in group:
                 if proc.poll() is None:
@@ -220,12 +286,15 @@ class DevCluster:
                     proc.wait(timeout=10)
 
 
-def run_dev_cluster(*, brokers: int, data_dir: Path, base_port: int, log_level: str) -> None:
+def run_dev_cluster(
+    *, brokers: int, data_dir: Path, base_port: int, log_level: str, controllers: int = 3
+) -> None:
     """Start the cluster, print where it is, and run until Ctrl-C or SIGTERM (also during
     start-up), then stop every child. Raises RuntimeError when a child fails."""
     stop = threading.Event()
     cluster = DevCluster(
         brokers=brokers,
+        controllers=controllers,
         data_dir=data_dir.resolve(),
         base_port=base_port,
         log_level=log_level,
@@ -238,7 +307,8 @@ def run_dev_cluster(*, brokers: int, data_dir: Path, base_port: int, log_level: 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         print(
-            f"starting a controller and {brokers} brokers under {cluster.data_dir} ...",
+            f"starting {controllers} controller(s) and {brokers} brokers under "
+            f"{cluster.data_dir} ...",
             flush=True,
         )
         try:

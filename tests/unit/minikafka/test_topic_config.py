@@ -1,11 +1,12 @@
-"""Topic name and config validation table."""
+"""Topic name and config validation table (the one home: `minikafka.topic_config`)."""
 
 from __future__ import annotations
 
 import pytest
 
-from controller.topic_config import validate_topic_configs, validate_topic_name
 from minikafka.errors import ErrorCode, MiniKafkaError
+from minikafka.limits import TopicLimits
+from minikafka.topic_config import validate_topic_configs, validate_topic_name
 
 
 @pytest.mark.parametrize(
@@ -54,10 +55,34 @@ def test_invalid_topic_names(name: str) -> None:
         ),
         pytest.param({"cleanup.policy": "delete"}, 1, {"cleanup.policy": "delete"}, id="delete"),
         pytest.param(
-            {"flush.messages": "1", "flush.ms": "0", "segment.ms": "1", "max.message.bytes": "0"},
+            {
+                "flush.messages": "1",
+                "flush.ms": "0",
+                "segment.ms": "60000",
+                "segment.bytes": "1048576",
+                "max.message.bytes": "1024",
+            },
             1,
-            {"flush.messages": "1", "flush.ms": "0", "segment.ms": "1", "max.message.bytes": "0"},
+            {
+                "flush.messages": "1",
+                "flush.ms": "0",
+                "segment.ms": "60000",
+                "segment.bytes": "1048576",
+                "max.message.bytes": "1024",
+            },
             id="numbers-at-minimum",
+        ),
+        pytest.param(
+            {"flush.messages": "-1", "flush.ms": "-1"},
+            1,
+            {"flush.messages": "-1", "flush.ms": "-1"},
+            id="flush-never",
+        ),
+        pytest.param(
+            {"message.timestamp.before.max.ms": "0", "message.timestamp.after.max.ms": "5000"},
+            1,
+            {"message.timestamp.before.max.ms": "0", "message.timestamp.after.max.ms": "5000"},
+            id="timestamp-bounds",
         ),
     ],
 )
@@ -87,6 +112,34 @@ def test_valid_configs(configs: dict[str, str], rf: int, expected: dict[str, str
         ),
         pytest.param({"cleanup.policy": "compact"}, 1, "cleanup.policy", id="compact"),
         pytest.param({"flush.messages": "0"}, 1, "flush.messages", id="flush-messages-zero"),
+        pytest.param({"flush.ms": "-2"}, 1, "flush.ms", id="flush-ms-below-never"),
+        pytest.param(
+            {"max.message.bytes": "0"},
+            1,
+            "value 0 for max.message.bytes",
+            id="max-message-bytes-zero",
+        ),
+        pytest.param(
+            {"max.message.bytes": str(2**31 - 1)},
+            1,
+            "must be between 1024 and 66060288",
+            id="max-message-bytes-beyond-grpc",
+        ),
+        pytest.param(
+            {"segment.ms": "1"}, 1, "(limit min.segment.ms=60000)", id="segment-ms-below-limit"
+        ),
+        pytest.param(
+            {"segment.bytes": "1024"},
+            1,
+            "(limit min.segment.bytes=1048576)",
+            id="segment-bytes-below-limit",
+        ),
+        pytest.param(
+            {"message.timestamp.after.max.ms": "-1"},
+            1,
+            "message.timestamp.after.max.ms",
+            id="timestamp-bound-negative",
+        ),
     ],
 )
 def test_invalid_configs(configs: dict[str, str], rf: int, message: str) -> None:
@@ -94,3 +147,9 @@ def test_invalid_configs(configs: dict[str, str], rf: int, message: str) -> None
         validate_topic_configs(configs, replication_factor=rf)
     assert raised.value.code is ErrorCode.INVALID_CONFIG
     assert message in raised.value.message
+
+
+def test_segment_minima_follow_the_limits() -> None:
+    limits = TopicLimits(min_segment_bytes=1024, min_segment_ms=1)
+    configs = {"segment.bytes": "1024", "segment.ms": "1"}
+    assert validate_topic_configs(configs, replication_factor=1, limits=limits) == configs

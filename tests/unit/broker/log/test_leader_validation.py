@@ -1,0 +1,152 @@
+"""The leader refuses batches whose CRCs are valid but whose headers lie (issue 23, findings 3
+and 6), with Kafka's error codes, and appends nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from broker.log.config import LogConfig
+from broker.log.errors import InvalidRecordError, InvalidTimestampError, RecordTooLargeError
+from broker.log.partition_log import validate_leader_record_set
+from minikafka.errors import ErrorCode, MiniKafkaError
+from minikafka.record_batch import build_batch
+from tests.support.lying_batches import one_record_batch, patch_header, with_body
+from tests.unit.broker.log.storage_helpers import open_log
+
+NOW = 1_700_000_000_000
+HOUR = 3600 * 1000
+CONFIG = LogConfig(segment_bytes=1 << 20, retention_ms=-1)
+
+
+def _idempotent(**fields: int) -> bytes:
+    batch = build_batch([(NOW, None, b"v", None)], producer_id=3, producer_epoch=0, base_sequence=0)
+    return patch_header(batch, **fields)
+
+
+@pytest.mark.parametrize(
+    ("records", "config", "error", "message"),
+    [
+        pytest.param(
+            patch_header(one_record_batch(timestamp_ms=NOW), record_count=1000),
+            CONFIG,
+            InvalidRecordError,
+            "record count 1000 needs at least",
+            id="count-1000-around-one-record",
+        ),
+        pytest.param(
+            patch_header(one_record_batch(timestamp_ms=NOW), record_count=2**31 - 1),
+            CONFIG,
+            InvalidRecordError,
+            "record count 2147483647",
+            id="count-int32-max",
+        ),
+        pytest.param(
+            patch_header(one_record_batch(timestamp_ms=NOW), producer_id=-7),
+            CONFIG,
+            InvalidRecordError,
+            "producer id -7",
+            id="negative-producer-id",
+        ),
+        pytest.param(
+            _idempotent(producer_epoch=-1),
+            CONFIG,
+            InvalidRecordError,
+            "producer epoch -1",
+            id="negative-producer-epoch",
+        ),
+        pytest.param(
+            patch_header(
+                one_record_batch(timestamp_ms=NOW),
+                first_timestamp_ms=-(2**63),
+                max_timestamp_ms=NOW,
+            ),
+            CONFIG,
+            InvalidRecordError,
+            "first timestamp",
+            id="timestamp-min-int64",
+        ),
+        pytest.param(
+            patch_header(one_record_batch(timestamp_ms=NOW), max_timestamp_ms=2**63 - 1),
+            CONFIG,
+            InvalidTimestampError,
+            "max timestamp 9223372036854775807 is outside",
+            id="timestamp-max-int64",
+        ),
+        pytest.param(
+            one_record_batch(timestamp_ms=NOW + HOUR + 1),
+            CONFIG,
+            InvalidTimestampError,
+            "message.timestamp.after.max.ms=3600000",
+            id="more-than-an-hour-ahead",
+        ),
+        pytest.param(
+            one_record_batch(timestamp_ms=NOW - 10_001),
+            msgspec.structs.replace(CONFIG, timestamp_before_max_ms=10_000),
+            InvalidTimestampError,
+            "message.timestamp.before.max.ms=10000",
+            id="older-than-before-max",
+        ),
+        pytest.param(
+            one_record_batch(b"x" * 2000, timestamp_ms=NOW),
+            msgspec.structs.replace(CONFIG, max_message_bytes=1024),
+            RecordTooLargeError,
+            "max.message.bytes=1024",
+            id="too-large",
+        ),
+    ],
+)
+def test_leader_refuses_lying_batches(
+    tmp_path: Path, records: bytes, config: LogConfig, error: type[MiniKafkaError], message: str
+) -> None:
+    with pytest.raises(error, match=message) as raised:
+        validate_leader_record_set(records, config, now_ms=NOW, log_append_time=False)
+    assert raised.value.code in (
+        ErrorCode.INVALID_RECORD,
+        ErrorCode.INVALID_TIMESTAMP,
+        ErrorCode.MESSAGE_TOO_LARGE,
+    )
+    log = open_log(tmp_path / "orders-0", config)
+    with pytest.raises(error):
+        log.append_as_leader(records, leader_epoch=0, now_ms=NOW)
+    assert log.log_end_offset == 0
+    assert log.size_bytes() == 0
+    log.close()
+
+
+@pytest.mark.parametrize(
+    ("records", "log_append_time"),
+    [
+        pytest.param(one_record_batch(timestamp_ms=NOW), False, id="now"),
+        pytest.param(one_record_batch(timestamp_ms=0), False, id="epoch-start-is-not-before-max"),
+        pytest.param(one_record_batch(timestamp_ms=NOW + HOUR), False, id="exactly-an-hour-ahead"),
+        pytest.param(
+            one_record_batch(timestamp_ms=NOW + 10 * HOUR), True, id="log-append-time-restamps"
+        ),
+        pytest.param(
+            build_batch(
+                [(NOW, None, b"v", None)], producer_id=3, producer_epoch=32767, base_sequence=5
+            ),
+            False,
+            id="idempotent-at-max-epoch",
+        ),
+    ],
+)
+def test_leader_accepts_honest_batches(records: bytes, log_append_time: bool) -> None:
+    headers = validate_leader_record_set(
+        records, CONFIG, now_ms=NOW, log_append_time=log_append_time
+    )
+    assert len(headers) == 1
+
+
+def test_record_framing_walk_is_optional() -> None:
+    """Without decoding (the default) a body that is not a record list passes the leader;
+    the walk (what Kafka's LogValidator does) catches it."""
+    lying = with_body(one_record_batch(timestamp_ms=NOW), msgspec.msgpack.encode([[0, 1, 2, 3, 4]]))
+    validate_leader_record_set(lying, CONFIG, now_ms=NOW, log_append_time=False)
+    with pytest.raises(InvalidRecordError, match="not a valid record list"):
+        validate_leader_record_set(
+            lying, CONFIG, now_ms=NOW, log_append_time=False, walk_records=True
+        )
