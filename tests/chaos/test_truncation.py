@@ -11,7 +11,6 @@ from minikafka.record_batch import build_batch
 from minikafka.v1 import broker_pb2, broker_pb2_grpc, controller_pb2
 from tests.chaos.checker import UNCLEAN_EXPECTED
 from tests.chaos.harness import Run, seeds
-from tests.support.chaos_cluster import broker_name
 from tests.support.cluster import wait_until
 
 pytestmark = pytest.mark.chaos
@@ -419,36 +418,3 @@ def test_r25_segment_corruption_on_a_minority(run: Run, seed: int, victim: str) 
     more_acks(run, 10)
     result = run.converge_and_check(TOPIC, 1)
     assert "unexpected" not in result.error_types  # corrupt bytes never served (I15)
-
-
-@pytest.mark.timeout(300)
-@pytest.mark.parametrize("seed", seeds())
-@pytest.mark.parametrize("flush_policy", ["fsync", "none"])
-def test_r22_leader_crash_then_the_last_isr_member_loses_power(
-    run: Run, seed: int, flush_policy: str
-) -> None:
-    """R22: F2 is cut off and leaves the ISR, the leader crashes, then F1 (now the last
-    in-sync replica and leader) loses power. F1 comes back as leader with what it had
-    fsynced ("last replica standing", as in Kafka without KIP-966) and the others
-    truncate to it. With flush.policy=fsync that is every acknowledged record; without
-    fsync the acknowledged records F1 had not flushed are lost, although the crashed
-    ex-leader held them. The README states both; this test keeps that statement true
-    (the loss must be seen, labelled as expected)."""
-    start(run, partitions=1, configs={"flush.policy": flush_policy}, lazy_fs=True)
-    cluster = run.cluster
-    assert cluster is not None
-    leader, _, _ = cluster.leader_of(TOPIC, 0)
-    f1, f2 = (b for b in sorted(cluster.brokers) if b != leader)
-    cluster.net.isolate(broker_name(f2))
-    cluster.wait_isr(TOPIC, 0, sorted([leader, f1]), timeout_s=30)
-    more_acks(run, 20)
-    cluster.kill(leader)
-    assert cluster.wait_leader(TOPIC, 0, not_in=(leader,), timeout_s=20) == f1
-    cluster.power_loss(f1)
-    cluster.start_broker(f1)
-    if flush_policy == "fsync":
-        run.converge_and_check(TOPIC, 1)
-        return
-    result = run.converge_and_check(TOPIC, 1, expected=UNCLEAN_EXPECTED)
-    assert {"lost-write", "unseen"} & set(result.expected_types), result.to_text()
-    print("R22 EXPECTED LOSS (last ISR member lost power, no fsync):", result.counts)
