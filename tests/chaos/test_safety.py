@@ -23,8 +23,7 @@ processes, judged by the history checker (R40-R45).
   R32-style preferred elections (the new leader's fetch links delayed, so its high
   watermark lags) must never go backwards.
 
-Scenarios that fail on the code before the issue-14 fixes carry a strict xfail naming
-the hole; the fixes remove the marks. Each is bounded (about a minute) and runs alone:
+Each is bounded (about a minute) and runs alone:
 `MINIKAFKA_CHAOS_SEED=<s> pytest tests/chaos/test_safety.py -k r40`.
 """
 
@@ -40,9 +39,6 @@ from tests.support.cluster import wait_until
 pytestmark = pytest.mark.chaos
 
 TOPIC = "s"
-#: What a scenario that catches its hole raises (the checker's verdict, `Run.verify`):
-#: the strict xfails expect only this, so a hang or a harness error still fails.
-CHECK_FAILED = pytest.fail.Exception
 #: How long a scenario watches for a wrong state change that the fixed code never makes
 #: (it returns as soon as the wrong change is seen).
 OBSERVE_S = 10.0
@@ -151,12 +147,6 @@ def test_r41_control_requests_for_a_previous_incarnation_are_refused(run: Run, s
 # ---- R42: hole 3 ---------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=CHECK_FAILED,
-    reason="issue 14 hole 3: a post-append NOT_LEADER_OR_FOLLOWER is reported as a definite "
-    "failure (the record is later committed: G1a)",
-)
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("seed", seeds())
 def test_r42_failed_sends_never_appear_across_elections_and_pauses(run: Run, seed: int) -> None:
