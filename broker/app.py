@@ -14,6 +14,7 @@ import signal
 from pathlib import Path
 
 import grpc
+import msgspec
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from broker.clock import Clock, SystemClock
@@ -24,6 +25,7 @@ from broker.log.manager import LogManager
 from broker.metadata_cache import BrokerInfo, MetadataCache
 from broker.replica.fetcher import FetcherManager, FetcherSettings
 from broker.replica.isr_reporter import IsrReporter
+from broker.replica.leader_endpoint import GrpcLeaderEndpoint
 from broker.replica.manager import ReplicaManager
 from broker.replica.partition import Role
 from broker.replica.state import LeaderState
@@ -35,10 +37,14 @@ from broker.server.response_budget import ResponseBudget
 from broker.standalone import StandaloneAdminFactory, StandaloneStore
 from minikafka import grpc_options
 from minikafka.allocator import tune_for_large_buffers
-from minikafka.config import parse_host_port
+from minikafka.config import ConfigError, parse_host_port
 from minikafka.errors import ErrorCode
+from minikafka.grpc_auth import AuthGuard
 from minikafka.grpc_guard import DecodeGuard
 from minikafka.metrics_http import MetricsServer, serve_metrics
+from minikafka.principal import MappingRuleError, Rule, parse_rules
+from minikafka.tls import TlsMaterial, load_tls
+from minikafka.tls import bind as tls_bind
 from minikafka.v1 import broker_pb2_grpc, common_pb2
 
 logger = logging.getLogger(__name__)
@@ -65,10 +71,33 @@ def server_options(config: BrokerConfig) -> list[tuple[str, int]]:
     return options
 
 
-def new_server(config: BrokerConfig) -> grpc.aio.Server:
+def new_server(config: BrokerConfig, security: BrokerSecurity | None = None) -> grpc.aio.Server:
     """A gRPC server with `server_options` that answers undecodable requests with
-    INVALID_ARGUMENT (`minikafka.grpc_guard`)."""
-    return grpc.aio.server(options=server_options(config), interceptors=[DecodeGuard()])
+    INVALID_ARGUMENT (`minikafka.grpc_guard`) and, under TLS, names (and refuses unmapped)
+    callers (`minikafka.grpc_auth`)."""
+    interceptors: list[grpc.aio.ServerInterceptor] = [DecodeGuard()]
+    if security is not None:
+        interceptors.append(AuthGuard(security.rules))
+    return grpc.aio.server(options=server_options(config), interceptors=interceptors)
+
+
+class BrokerSecurity(msgspec.Struct, frozen=True, kw_only=True):
+    """The broker's TLS material and principal mapping rules (TLS on)."""
+
+    tls: TlsMaterial
+    rules: tuple[Rule, ...]
+
+
+def load_security(config: BrokerConfig) -> BrokerSecurity | None:
+    """`BrokerSecurity` from the config, None without TLS; ConfigError when invalid."""
+    tls = load_tls(config.tls_cert, config.tls_key, config.tls_ca)
+    if tls is None:
+        return None
+    try:
+        rules = parse_rules(config.ssl_principal_mapping_rules)
+    except MappingRuleError as exc:
+        raise ConfigError(str(exc)) from None
+    return BrokerSecurity(tls=tls, rules=rules)
 
 
 SHUTDOWN_GRACE_S = 5.0
@@ -112,6 +141,7 @@ class Broker:
         self.link: ControllerLink | None = None
         self.fetchers: FetcherManager | None = None
         self.metrics_server: MetricsServer | None = None
+        self.security = load_security(config)  # ConfigError before anything is opened
 
     def _replica_fetch_refusal(
         self, broker_id: int, broker_epoch: int
@@ -176,8 +206,10 @@ class Broker:
         self.metrics.watch_partitions(PartitionGaugeSource(lambda: _gauge_rows(replicas)))
         self.metrics.watch_quarantine(replicas.quarantine)
 
-        server = new_server(config)
-        self.bound_port = _bind(server, host, port, what=config.listen)
+        security = self.security
+        tls = security.tls if security is not None else None
+        server = new_server(config, security)
+        self.bound_port = _bind(server, host, port, tls, mutual=True, what=config.listen)
         adv_host, adv_port = (
             parse_host_port(config.advertise, what="--advertise")
             if config.advertise
@@ -187,8 +219,15 @@ class Broker:
         ext_host, ext_port = "", 0
         if config.external_listen:
             bind_host, bind_port = parse_host_port(config.external_listen, what="--external-listen")
-            external_server = new_server(config)
-            bound = _bind(external_server, bind_host, bind_port, what=config.external_listen)
+            external_server = new_server(config, security)
+            bound = _bind(
+                external_server,
+                bind_host,
+                bind_port,
+                tls,
+                mutual=False,
+                what=config.external_listen,
+            )
             ext_host, ext_port = (
                 parse_host_port(config.external_advertise, what="--external-advertise")
                 if config.external_advertise
@@ -251,6 +290,7 @@ class Broker:
                 directory_id=logs.directory_id,
                 heartbeat_interval_ms=config.heartbeat_interval_ms,
                 on_registered=logs.record_registration,
+                tls=tls,
             )
             admin = ControllerForwarder(link)
         self.link = link
@@ -345,6 +385,7 @@ class Broker:
         """Controller link, control servicer, follower fetchers and the ISR reporter."""
         config = self.config
         metadata = self.metadata
+        tls = self.security.tls if self.security is not None else None
         fetchers = FetcherManager(
             settings=FetcherSettings(
                 broker_id=config.broker_id,
@@ -357,6 +398,7 @@ class Broker:
             ),
             endpoint_of=lambda broker_id: metadata.brokers.get(broker_id),
             tasks=tasks,
+            connect=lambda leader: GrpcLeaderEndpoint(leader, tls),
         )
         self.fetchers = fetchers
 
@@ -411,10 +453,19 @@ class Broker:
                 logger.exception("housekeeping failed; retrying at the next tick")
 
 
-def _bind(server: grpc.aio.Server, host: str, port: int, *, what: str) -> int:
-    """Bind a listening port; a clear OSError if the address is taken or unavailable."""
+def _bind(
+    server: grpc.aio.Server,
+    host: str,
+    port: int,
+    tls: TlsMaterial | None,
+    *,
+    mutual: bool,
+    what: str,
+) -> int:
+    """Bind a listening port (TLS, with a required client certificate when `mutual`, if
+    `tls`); a clear OSError if the address is taken or unavailable."""
     try:
-        bound = server.add_insecure_port(f"{host}:{port}")
+        bound = tls_bind(server, f"{host}:{port}", tls, require_client_cert=mutual)
     except RuntimeError as exc:  # grpc reports a failed bind this way
         raise OSError(f"cannot listen on {what}: the address is in use or not available") from exc
     if bound == 0:

@@ -37,6 +37,13 @@ class BrokerConfig(msgspec.Struct, frozen=True, kw_only=True):
     rack: str | None = None
     standalone: bool = False
     metrics_listen: str | None = None
+    #: TLS (PEM files, all three or none): mutual TLS on `listen`, TLS on
+    #: `external_listen`, and on every channel this broker opens (minikafka.tls).
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    tls_ca: str | None = None
+    #: Kafka's ssl.principal.mapping.rules: certificate subject -> `User:NAME`.
+    ssl_principal_mapping_rules: str = "DEFAULT"
     # Replication
     replica_lag_time_max_ms: PositiveMs = 10_000
     replica_fetch_wait_max_ms: PositiveMs = 500

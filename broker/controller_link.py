@@ -30,6 +30,7 @@ import grpc
 
 from minikafka.errors import ErrorCode, code_name
 from minikafka.grpc_options import channel_options
+from minikafka.tls import TlsMaterial, open_channel
 from minikafka.v1 import common_pb2, controller_pb2, controller_pb2_grpc, raft_pb2
 
 logger = logging.getLogger(__name__)
@@ -83,6 +84,7 @@ class ControllerLink:
         directory_id: str,
         heartbeat_interval_ms: int,
         on_registered: Callable[[int], None] | None = None,
+        tls: TlsMaterial | None = None,
     ) -> None:
         self._addresses = parse_controller_addresses(address)
         self._broker_id = broker_id
@@ -103,8 +105,7 @@ class ControllerLink:
         #: The controller's session timeout (register reply).
         self._session_timeout_ms = DEFAULT_SESSION_TIMEOUT_MS
         self._channels = {
-            address: grpc.aio.insecure_channel(address, options=channel_options())
-            for address in self._addresses
+            address: open_channel(address, channel_options(), tls) for address in self._addresses
         }
         self._stubs = {
             address: controller_pb2_grpc.ControllerServiceStub(channel)

@@ -30,6 +30,7 @@ from client.errors import (
 )
 from client.loop_thread import LoopThread
 from client.records import NewTopic, TopicPartition
+from client.security import client_tls
 from client.transport import BrokerConnections
 from minikafka.errors import ErrorCode
 from minikafka.v1 import broker_pb2, broker_pb2_grpc, common_pb2, controller_pb2
@@ -296,7 +297,19 @@ class AsyncAdmin:
         client_id: str = "minikafka-admin",
         request_timeout_ms: int = 30_000,
         retry_backoff_ms: int = 100,
+        security_protocol: str = "PLAINTEXT",
+        ssl_cafile: str | None = None,
+        ssl_certfile: str | None = None,
+        ssl_keyfile: str | None = None,
+        ssl_check_hostname: bool = True,
     ) -> None:
+        tls = client_tls(
+            security_protocol=security_protocol,
+            ssl_cafile=ssl_cafile,
+            ssl_certfile=ssl_certfile,
+            ssl_keyfile=ssl_keyfile,
+            ssl_check_hostname=ssl_check_hostname,
+        )
         self.request_timeout_ms = request_timeout_ms
         self.retry_backoff_ms = retry_backoff_ms
         self._conn = BrokerConnections(
@@ -304,6 +317,7 @@ class AsyncAdmin:
             request_timeout_ms=request_timeout_ms,
             retry_backoff_ms=retry_backoff_ms,
             client_id=client_id,
+            tls=tls,
         )
         self._closed = False
 

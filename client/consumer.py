@@ -37,6 +37,7 @@ from client.offset_rules import (
 )
 from client.positions import ConsumerPositions
 from client.records import ConsumerRecord, Deserializer, OffsetAndTimestamp, TopicPartition
+from client.security import client_tls
 from client.subscription import SubscriptionState
 from client.transport import BrokerConnections
 
@@ -60,6 +61,7 @@ class _Runtime(NamedTuple):
             retry_backoff_ms=int(config.retry_backoff_ms),
             metadata_max_age_ms=int(config.metadata_max_age_ms),
             client_id=consumer.client_id,
+            tls=consumer.tls,
         )
         metrics = ConsumerMetrics(clock() * 1000)
         fetcher = Fetcher(
@@ -115,7 +117,19 @@ class AsyncConsumer:
         metadata_max_age_ms: int = 300_000,
         consumer_timeout_ms: float = float("inf"),
         isolation_level: str = "read_uncommitted",
+        security_protocol: str = "PLAINTEXT",
+        ssl_cafile: str | None = None,
+        ssl_certfile: str | None = None,
+        ssl_keyfile: str | None = None,
+        ssl_check_hostname: bool = True,
     ) -> None:
+        self.tls = client_tls(
+            security_protocol=security_protocol,
+            ssl_cafile=ssl_cafile,
+            ssl_certfile=ssl_certfile,
+            ssl_keyfile=ssl_keyfile,
+            ssl_check_hostname=ssl_check_hostname,
+        )
         self.config = config = ConsumerConfig.create(
             auto_offset_reset=auto_offset_reset,
             reset_on_truncation=reset_on_truncation,

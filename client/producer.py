@@ -44,6 +44,7 @@ from client.producer_config import (
     topic_batch_size,
 )
 from client.records import RecordMetadata
+from client.security import client_tls
 from client.sender import Sender
 from client.sequences import SequenceTracker
 from client.transport import BrokerConnections
@@ -94,7 +95,19 @@ class AsyncProducer:
         partitioner: Partitioner | None = None,
         key_serializer: Serializer | None = None,
         value_serializer: Serializer | None = None,
+        security_protocol: str = "PLAINTEXT",
+        ssl_cafile: str | None = None,
+        ssl_certfile: str | None = None,
+        ssl_keyfile: str | None = None,
+        ssl_check_hostname: bool = True,
     ) -> None:
+        self._tls = client_tls(
+            security_protocol=security_protocol,
+            ssl_cafile=ssl_cafile,
+            ssl_certfile=ssl_certfile,
+            ssl_keyfile=ssl_keyfile,
+            ssl_check_hostname=ssl_check_hostname,
+        )
         self.config = config = ProducerConfig.create(
             acks=acks,
             linger_ms=linger_ms,
@@ -162,6 +175,7 @@ class AsyncProducer:
             retry_backoff_ms=int(config.retry_backoff_ms),
             metadata_max_age_ms=int(config.metadata_max_age_ms),
             client_id=self._client_id,
+            tls=self._tls,
         )
         self._metrics = ProducerMetrics(self.clock())
         sender = Sender(

@@ -27,6 +27,7 @@ from client.errors import (
 from client.metadata import BrokerInfo, ClusterView
 from minikafka.errors import ErrorCode, code_name
 from minikafka.grpc_options import channel_options
+from minikafka.tls import TlsMaterial, open_channel
 from minikafka.topic_config import topic_name_problem
 from minikafka.v1 import broker_pb2, broker_pb2_grpc
 
@@ -157,8 +158,10 @@ class BrokerConnections:
         retry_backoff_ms: int = 100,
         metadata_max_age_ms: int = 300_000,
         client_id: str = "minikafka-python",
+        tls: TlsMaterial | None = None,
     ) -> None:
         self._bootstrap = parse_bootstrap(bootstrap_servers)
+        self._tls = tls
         check_number("request_timeout_ms", request_timeout_ms, minimum=1)
         check_number("retry_backoff_ms", retry_backoff_ms, minimum=0)
         check_number("metadata_max_age_ms", metadata_max_age_ms, minimum=0)
@@ -182,7 +185,7 @@ class BrokerConnections:
     def stub(self, address: str) -> broker_pb2_grpc.BrokerServiceAsyncStub:
         stub = self._stubs.get(address)
         if stub is None:
-            channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+            channel = open_channel(address, CHANNEL_OPTIONS, self._tls)
             self._channels[address] = channel
             stub = broker_pb2_grpc.BrokerServiceStub(channel)
             self._stubs[address] = stub

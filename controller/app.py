@@ -56,8 +56,12 @@ from controller.raft.config import RaftConfig
 from controller.raft.file_storage import FileRaftStorage
 from controller.raft_transport import CHANNEL_OPTIONS, RaftServicer, RaftTransport
 from controller.server import ControllerServicer
+from minikafka.config import ConfigError
+from minikafka.grpc_auth import AuthGuard
 from minikafka.grpc_options import server_options
 from minikafka.metrics_http import MetricsServer, serve_metrics
+from minikafka.principal import MappingRuleError, parse_rules
+from minikafka.tls import TlsMaterial, bind, load_tls, open_channel
 from minikafka.v1 import (
     controller_pb2,
     controller_pb2_grpc,
@@ -113,6 +117,11 @@ class ControllerApp:
         self.quorum: MetadataQuorum | None = None
         self._main: asyncio.Task[None] | None = None
         self._voters = config.voters()
+        self._tls = load_tls(config.tls_cert, config.tls_key, config.tls_ca)
+        try:
+            self._rules = parse_rules(config.ssl_principal_mapping_rules)
+        except MappingRuleError as exc:
+            raise ConfigError(str(exc)) from None
 
     @property
     def engine(self) -> ControllerEngine:
@@ -186,7 +195,9 @@ class ControllerApp:
                 if node_id != config.node_id
             }
             rconfig = raft_config(config, cluster_id=cluster_id)
-            transport = RaftTransport(peers=peers, send_timeout_ms=rconfig.request_timeout_ms)
+            transport = RaftTransport(
+                peers=peers, send_timeout_ms=rconfig.request_timeout_ms, tls=self._tls
+            )
             quorum = MetadataQuorum(
                 config=rconfig,
                 storage=storage,
@@ -204,6 +215,7 @@ class ControllerApp:
                 clock=self._clock,
                 metrics=self.metrics,
                 task_group=task_group,
+                tls=self._tls,
             )
             self.quorum = quorum
             self._engine = engine
@@ -307,7 +319,9 @@ class ControllerApp:
             for node_id, address in sorted(self._voters.items())
             if node_id != self.config.node_id
         ]
-        answers = await asyncio.gather(*(_probe(node_id, address) for node_id, address in peers))
+        answers = await asyncio.gather(
+            *(_probe(node_id, address, self._tls) for node_id, address in peers)
+        )
         return [answer for answer in answers if answer is not None]
 
     # ---- servers ----------------------------------------------------------------------------
@@ -332,7 +346,9 @@ class ControllerApp:
     async def _start_grpc(self) -> tuple[grpc.aio.Server, health_aio.HealthServicer]:
         config = self.config
         server = grpc.aio.server(
-            options=server_options(max_message_bytes=config.grpc_max_message_bytes)
+            options=server_options(max_message_bytes=config.grpc_max_message_bytes),
+            # Under TLS every caller is named (an unmapped certificate subject is refused).
+            interceptors=[AuthGuard(self._rules)] if self._tls is not None else None,
         )
         controller_pb2_grpc.add_ControllerServiceServicer_to_server(
             ControllerServicer(
@@ -353,7 +369,9 @@ class ControllerApp:
             await health.set(service, health_pb2.HealthCheckResponse.NOT_SERVING)
         host, port = split_host_port(config.listen)
         try:
-            bound_port = server.add_insecure_port(f"{_bracket(host)}:{port}")
+            bound_port = bind(
+                server, f"{_bracket(host)}:{port}", self._tls, require_client_cert=True
+            )
         except RuntimeError:  # grpc reports a failed bind this way (its text is noise)
             raise OSError(
                 f"cannot listen on {config.listen}: the address is in use or not available"
@@ -383,10 +401,10 @@ class ControllerApp:
         return metrics_server
 
 
-async def _probe(node_id: int, address: str) -> PeerAnswer | None:
+async def _probe(node_id: int, address: str, tls: TlsMaterial | None) -> PeerAnswer | None:
     """What voter `node_id` says about itself (None: no answer)."""
     try:
-        async with grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS) as channel:
+        async with open_channel(address, CHANNEL_OPTIONS, tls) as channel:
             stub = controller_pb2_grpc.ControllerServiceStub(channel)
             reply = await stub.DescribeQuorum(
                 raft_pb2.DescribeQuorumRequest(), timeout=PROBE_TIMEOUT_S

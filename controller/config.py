@@ -29,6 +29,13 @@ class ControllerConfig(msgspec.Struct, frozen=True, kw_only=True):
     listen: str = "127.0.0.1:9093"  # HOST:PORT for the gRPC ControllerService + RaftService
     data_dir: str
     metrics_listen: str | None = None  # HOST:PORT for Prometheus /metrics (None = off)
+    #: TLS (PEM files, all three or none): mutual TLS on `listen` and on every channel
+    #: this controller opens, to brokers and to the other voters (minikafka.tls).
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    tls_ca: str | None = None
+    #: Kafka's ssl.principal.mapping.rules: certificate subject -> `User:NAME`.
+    ssl_principal_mapping_rules: str = "DEFAULT"
     #: The cluster id a new data directory is formatted with. A quorum of one generates
     #: one when None; a larger quorum needs it (the same on every controller) to format.
     cluster_id: str | None = None

@@ -28,6 +28,7 @@ from controller.election import LogEnd
 from controller.model import ClusterState, PartitionKey
 from controller.propagation import Propagation
 from minikafka.grpc_options import channel_options
+from minikafka.tls import TlsMaterial, open_channel
 from minikafka.v1 import broker_pb2_grpc, common_pb2
 
 logger = logging.getLogger(__name__)
@@ -84,7 +85,9 @@ class Dispatcher:
         retry_backoff_max_ms: int,
         max_message_bytes: int,
         on_replicas_offline: Callable[[int, int, list[PartitionKey]], None] | None = None,
+        tls: TlsMaterial | None = None,
     ) -> None:
+        self._tls = tls
         #: Called with (broker id, broker epoch, partitions) a broker answered
         #: KAFKA_STORAGE_ERROR for in LeaderAndIsr (it cannot open their logs).
         self._on_replicas_offline = on_replicas_offline
@@ -347,7 +350,7 @@ class Dispatcher:
         if link.stub is None or link.target != target:
             if link.channel is not None:
                 self._tasks.append(self._task_group.create_task(link.channel.close()))
-            link.channel = grpc.aio.insecure_channel(target, options=self._channel_options)
+            link.channel = open_channel(target, self._channel_options, self._tls)
             link.stub = broker_pb2_grpc.BrokerControlServiceStub(link.channel)
             link.target = target
         return link.stub

@@ -69,6 +69,7 @@ from controller.state_machine import (
     unclean_recovery_candidates,
 )
 from minikafka.errors import ErrorCode
+from minikafka.tls import TlsMaterial
 
 logger = logging.getLogger(__name__)
 #: While a partition waits for a longest-log unclean election, how often it is retried.
@@ -120,8 +121,10 @@ class ControllerEngine:
         clock: Clock,
         metrics: ControllerMetrics,
         task_group: asyncio.TaskGroup,
+        tls: TlsMaterial | None = None,
     ) -> None:
         self._config = config
+        self._tls = tls
         self._settings = settings_from(config)
         self._quorum = quorum
         self._cluster_id = cluster_id
@@ -244,6 +247,7 @@ class ControllerEngine:
             retry_backoff_max_ms=config.broker_retry_backoff_max_ms,
             max_message_bytes=config.grpc_max_message_bytes,
             on_replicas_offline=self._on_replicas_offline,
+            tls=self._tls,
         )
 
     def _require_term(self) -> _Term:

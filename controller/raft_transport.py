@@ -22,6 +22,7 @@ import grpc
 from controller.raft.messages import Message
 from controller.raft_wire import WireError, from_wire, to_wire
 from minikafka.grpc_options import channel_options
+from minikafka.tls import TlsMaterial, open_channel
 from minikafka.v1 import raft_pb2, raft_pb2_grpc
 
 logger = logging.getLogger(__name__)
@@ -38,12 +39,12 @@ CHANNEL_OPTIONS: Final = channel_options(
 
 
 class _Peer:
-    def __init__(self, node_id: int, address: str) -> None:
+    def __init__(self, node_id: int, address: str, tls: TlsMaterial | None) -> None:
         self.node_id = node_id
         self.address = address
         self.queue: deque[Message] = deque(maxlen=PEER_QUEUE_MAX)
         self.wake = asyncio.Event()
-        self.channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+        self.channel = open_channel(address, CHANNEL_OPTIONS, tls)
         self.stub = raft_pb2_grpc.RaftServiceStub(self.channel)
         self.failures = 0
         self.in_flight = 0
@@ -52,8 +53,10 @@ class _Peer:
 class RaftTransport:
     """Sends the node's messages to its peers (`send`); `run` drives the senders."""
 
-    def __init__(self, *, peers: dict[int, str], send_timeout_ms: int) -> None:
-        self._peers = {node_id: _Peer(node_id, address) for node_id, address in peers.items()}
+    def __init__(
+        self, *, peers: dict[int, str], send_timeout_ms: int, tls: TlsMaterial | None = None
+    ) -> None:
+        self._peers = {node_id: _Peer(node_id, address, tls) for node_id, address in peers.items()}
         self._timeout_s = send_timeout_ms / 1000
         self._idle = asyncio.Event()
         self._idle.set()

@@ -89,6 +89,35 @@ def topic_limit_options(func: F) -> F:
     return func
 
 
+def tls_options(func: F) -> F:
+    """`--tls-cert/--tls-key/--tls-ca` and the principal mapping rules (minikafka.tls)."""
+    pem = click.Path(dir_okay=False)
+    for flag, text in reversed(
+        [
+            (
+                "--tls-cert",
+                "PEM certificate (chain) of this process; with --tls-key and --tls-ca turns "
+                "TLS on: mutual TLS on --listen, TLS on every channel this process opens.",
+            ),
+            ("--tls-key", "PEM private key of --tls-cert."),
+            (
+                "--tls-ca",
+                "PEM CA certificate(s) peers' certificates are verified against (a client of "
+                "the mutual-TLS listener needs a certificate this CA signed).",
+            ),
+        ]
+    ):
+        func = opt(flag, type=pem, metavar="FILE", help=text)(func)
+    return opt(
+        "--ssl-principal-mapping-rules",
+        default="DEFAULT",
+        show_default=True,
+        metavar="RULES",
+        help="Kafka's ssl.principal.mapping.rules: certificate subject (RFC 2253 DN) -> "
+        "User:NAME, e.g. 'RULE:^CN=(.*?)(,.*)?$/$1/,DEFAULT'. DEFAULT: the whole DN.",
+    )(func)
+
+
 def broker_limit_options(func: F) -> F:
     """Limits that guard one broker process (README "Limits")."""
     from broker.config import BrokerConfig
@@ -215,6 +244,7 @@ def broker_limit_options(func: F) -> F:
 )
 @topic_limit_options
 @broker_limit_options
+@tls_options
 @opt("--log-level", type=LOG_LEVELS, default="INFO", show_default=True)
 @click.option("--unsafe-test-hw-is-leo", is_flag=True, hidden=True)
 @click.option("--unsafe-test-boot-id", default=None, hidden=True)
@@ -235,6 +265,10 @@ def broker(
     log_level: str,
     unsafe_test_hw_is_leo: bool,
     unsafe_test_boot_id: str | None,
+    tls_cert: str | None,
+    tls_key: str | None,
+    tls_ca: str | None,
+    ssl_principal_mapping_rules: str,
     **limits: int,
 ) -> None:
     """Run a broker: Produce/Fetch for clients, replication, control from the controller."""
@@ -266,6 +300,10 @@ def broker(
         log_segment_bytes=log_segment_bytes,
         unsafe_test_hw_is_leo=unsafe_test_hw_is_leo,
         unsafe_test_boot_id=unsafe_test_boot_id,
+        tls_cert=tls_cert,
+        tls_key=tls_key,
+        tls_ca=tls_ca,
+        ssl_principal_mapping_rules=ssl_principal_mapping_rules,
     )
     config = msgspec.structs.replace(config, **limits)
     if unsafe_test_hw_is_leo:
@@ -384,6 +422,7 @@ def broker(
     "one in assignment order.",
 )
 @topic_limit_options
+@tls_options
 @opt("--log-level", type=LOG_LEVELS, default="INFO", show_default=True)
 def controller(
     node_id: int,
@@ -401,6 +440,10 @@ def controller(
     eligible_leader_replicas: bool,
     unclean_recovery_strategy: Literal["longest-log", "first-alive"],
     log_level: str,
+    tls_cert: str | None,
+    tls_key: str | None,
+    tls_ca: str | None,
+    ssl_principal_mapping_rules: str,
     **limits: int,
 ) -> None:
     """Run a controller: cluster metadata, broker liveness, leader elections.
@@ -436,6 +479,10 @@ def controller(
         leader_imbalance_check_interval_ms=leader_imbalance_check_interval_ms,
         eligible_leader_replicas=eligible_leader_replicas,
         unclean_recovery_strategy=unclean_recovery_strategy,
+        tls_cert=tls_cert,
+        tls_key=tls_key,
+        tls_ca=tls_ca,
+        ssl_principal_mapping_rules=ssl_principal_mapping_rules,
     )
     config = msgspec.structs.replace(config, **limits)
     try:
@@ -450,6 +497,7 @@ def controller(
     try:
         run(config)
     except (
+        ConfigError,
         OSError,
         MetadataDirError,
         RaftStorageError,

@@ -18,6 +18,7 @@ from broker.metadata_cache import BrokerInfo
 from broker.replica.manager import FetchItem, FetchResult
 from minikafka.errors import code_from_wire
 from minikafka.grpc_options import channel_options
+from minikafka.tls import TlsMaterial, open_channel
 from minikafka.v1 import broker_pb2, broker_pb2_grpc
 
 #: How much longer than the long-poll a fetch may take before the follower gives up on it.
@@ -50,10 +51,8 @@ class LeaderEndpoint(Protocol):
 class GrpcLeaderEndpoint:
     """`LeaderEndpoint` over the leader's `ReplicaService.Fetch`."""
 
-    def __init__(self, leader: BrokerInfo) -> None:
-        self._channel = grpc.aio.insecure_channel(
-            f"{leader.host}:{leader.port}", options=channel_options()
-        )
+    def __init__(self, leader: BrokerInfo, tls: TlsMaterial | None = None) -> None:
+        self._channel = open_channel(f"{leader.host}:{leader.port}", channel_options(), tls)
         self._stub = broker_pb2_grpc.ReplicaServiceStub(self._channel)
 
     async def fetch(self, request: ReplicaFetch) -> list[FetchResult]:

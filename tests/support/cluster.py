@@ -20,7 +20,7 @@ import grpc
 
 from minikafka.errors import ErrorCode
 from minikafka.v1 import broker_pb2, broker_pb2_grpc, controller_pb2
-from tests.support.processes import ServerProcess, free_port, wait_healthy
+from tests.support.processes import ServerProcess, free_port, server_channel, wait_healthy
 
 T = TypeVar("T")
 
@@ -56,8 +56,12 @@ class Cluster:
         controller_args: list[str] | None = None,
         racks: list[str] | None = None,
         controllers: int = 1,
+        credentials: grpc.ChannelCredentials | None = None,
     ) -> None:
         self.root = root
+        #: TLS channel credentials for the test's own calls (None: plaintext); the
+        #: processes get their TLS flags through `broker_args` / `controller_args`.
+        self.credentials = credentials
         ids = [0] if controllers == 1 else list(range(1, controllers + 1))
         addresses = {node_id: f"127.0.0.1:{free_port()}" for node_id in ids}
         quorum: list[str] = []
@@ -84,6 +88,7 @@ class Cluster:
                 ],
                 address=address,
                 log_path=root / f"{controller_dir(node_id, controllers)}.log",
+                credentials=credentials,
             )
             for node_id, address in addresses.items()
         }
@@ -110,6 +115,7 @@ class Cluster:
                 ],
                 address=address,
                 log_path=root / f"broker-{broker_id}.log",
+                credentials=credentials,
             )
         self._channels: dict[str, grpc.Channel] = {}
 
@@ -126,7 +132,7 @@ class Cluster:
             for process in self.controllers.values():
                 process.start(wait=False)
             for process in self.controllers.values():
-                wait_healthy(process.address, proc=process.proc)
+                wait_healthy(process.address, proc=process.proc, credentials=self.credentials)
         for process in self.brokers.values():
             process.start(wait=False)
         for process in self.brokers.values():
@@ -154,7 +160,7 @@ class Cluster:
         address = self.brokers[broker_id].address if broker_id is not None else self.bootstrap
         channel = self._channels.get(address)
         if channel is None:
-            channel = grpc.insecure_channel(address)
+            channel = server_channel(address, self.credentials)
             self._channels[address] = channel
         return broker_pb2_grpc.BrokerServiceStub(channel)
 

@@ -24,13 +24,26 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def server_channel(
+    address: str, credentials: grpc.ChannelCredentials | None = None
+) -> grpc.Channel:
+    """A blocking channel to a test server: TLS with `credentials`, plaintext without."""
+    if credentials is None:
+        return grpc.insecure_channel(address)
+    return grpc.secure_channel(address, credentials)
+
+
 def wait_healthy(
-    address: str, timeout_s: float = STARTUP_TIMEOUT_S, proc: subprocess.Popen[bytes] | None = None
+    address: str,
+    timeout_s: float = STARTUP_TIMEOUT_S,
+    proc: subprocess.Popen[bytes] | None = None,
+    credentials: grpc.ChannelCredentials | None = None,
 ) -> None:
-    """Block until the gRPC health service at `address` says SERVING."""
+    """Block until the gRPC health service at `address` says SERVING (over TLS with
+    `credentials`)."""
     deadline = time.monotonic() + timeout_s
     last_error: Exception | None = None
-    with grpc.insecure_channel(address) as channel:
+    with server_channel(address, credentials) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         while time.monotonic() < deadline:
             if proc is not None and proc.poll() is not None:
@@ -51,8 +64,17 @@ def wait_healthy(
 class ServerProcess:
     """One minikafka server process (broker or controller) started by a test."""
 
-    def __init__(self, args: list[str], *, address: str, log_path: Path) -> None:
+    def __init__(
+        self,
+        args: list[str],
+        *,
+        address: str,
+        log_path: Path,
+        credentials: grpc.ChannelCredentials | None = None,
+    ) -> None:
         self.args = args
+        #: TLS channel credentials the test reaches this server with (None: plaintext).
+        self.credentials = credentials
         self.address = address
         self.log_path = log_path
         self.proc: subprocess.Popen[bytes] | None = None
@@ -63,7 +85,7 @@ class ServerProcess:
         `free_port()` and its bind, move it to a fresh port and start it again."""
         for attempt in range(retries + 1):
             try:
-                wait_healthy(self.address, proc=self.proc)
+                wait_healthy(self.address, proc=self.proc, credentials=self.credentials)
                 return
             except RuntimeError:
                 if attempt == retries or "cannot listen on" not in self.log_text():
