@@ -152,6 +152,18 @@ class InvalidRequiredAcksError(BrokerResponseError):
     default_code = ErrorCode.INVALID_REQUIRED_ACKS
 
 
+class TopicAuthorizationFailedError(BrokerResponseError):
+    default_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+
+
+class GroupAuthorizationFailedError(BrokerResponseError):
+    default_code = ErrorCode.GROUP_AUTHORIZATION_FAILED
+
+
+class ClusterAuthorizationFailedError(BrokerResponseError):
+    default_code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+
+
 class InvalidTimestampError(BrokerResponseError):
     default_code = ErrorCode.INVALID_TIMESTAMP
 

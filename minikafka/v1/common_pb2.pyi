@@ -48,6 +48,9 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     NOT_ENOUGH_REPLICAS: _ErrorCode.ValueType  # 19
     NOT_ENOUGH_REPLICAS_AFTER_APPEND: _ErrorCode.ValueType  # 20
     INVALID_REQUIRED_ACKS: _ErrorCode.ValueType  # 21
+    TOPIC_AUTHORIZATION_FAILED: _ErrorCode.ValueType  # 29
+    GROUP_AUTHORIZATION_FAILED: _ErrorCode.ValueType  # 30
+    CLUSTER_AUTHORIZATION_FAILED: _ErrorCode.ValueType  # 31
     INVALID_TIMESTAMP: _ErrorCode.ValueType  # 32
     UNSUPPORTED_VERSION: _ErrorCode.ValueType  # 35
     TOPIC_ALREADY_EXISTS: _ErrorCode.ValueType  # 36
@@ -98,6 +101,9 @@ RECORD_LIST_TOO_LARGE: ErrorCode.ValueType  # 18
 NOT_ENOUGH_REPLICAS: ErrorCode.ValueType  # 19
 NOT_ENOUGH_REPLICAS_AFTER_APPEND: ErrorCode.ValueType  # 20
 INVALID_REQUIRED_ACKS: ErrorCode.ValueType  # 21
+TOPIC_AUTHORIZATION_FAILED: ErrorCode.ValueType  # 29
+GROUP_AUTHORIZATION_FAILED: ErrorCode.ValueType  # 30
+CLUSTER_AUTHORIZATION_FAILED: ErrorCode.ValueType  # 31
 INVALID_TIMESTAMP: ErrorCode.ValueType  # 32
 UNSUPPORTED_VERSION: ErrorCode.ValueType  # 35
 TOPIC_ALREADY_EXISTS: ErrorCode.ValueType  # 36
