@@ -36,10 +36,12 @@ from broker.server.metrics import BrokerMetrics, PartitionGaugeSource, Partition
 from broker.server.response_budget import ResponseBudget
 from broker.standalone import StandaloneAdminFactory, StandaloneStore
 from minikafka import grpc_options
+from minikafka.acl import AclError, parse_super_users
 from minikafka.allocator import tune_for_large_buffers
+from minikafka.authorization import refusal
 from minikafka.config import ConfigError, parse_host_port
 from minikafka.errors import ErrorCode
-from minikafka.grpc_auth import AuthGuard
+from minikafka.grpc_auth import AuthGuard, Authorize
 from minikafka.grpc_guard import DecodeGuard
 from minikafka.metrics_http import MetricsServer, serve_metrics
 from minikafka.principal import MappingRuleError, Rule, parse_rules
@@ -71,33 +73,44 @@ def server_options(config: BrokerConfig) -> list[tuple[str, int]]:
     return options
 
 
-def new_server(config: BrokerConfig, security: BrokerSecurity | None = None) -> grpc.aio.Server:
+def new_server(
+    config: BrokerConfig,
+    security: BrokerSecurity | None = None,
+    authorize: Authorize | None = None,
+) -> grpc.aio.Server:
     """A gRPC server with `server_options` that answers undecodable requests with
     INVALID_ARGUMENT (`minikafka.grpc_guard`) and, under TLS, names (and refuses unmapped)
     callers (`minikafka.grpc_auth`)."""
     interceptors: list[grpc.aio.ServerInterceptor] = [DecodeGuard()]
     if security is not None:
-        interceptors.append(AuthGuard(security.rules))
+        interceptors.append(AuthGuard(security.rules, authorize))
     return grpc.aio.server(options=server_options(config), interceptors=interceptors)
 
 
 class BrokerSecurity(msgspec.Struct, frozen=True, kw_only=True):
-    """The broker's TLS material and principal mapping rules (TLS on)."""
+    """The broker's TLS material (None: plaintext), principal mapping rules and ACL
+    enforcement (TLS or the authorizer on)."""
 
-    tls: TlsMaterial
+    tls: TlsMaterial | None
     rules: tuple[Rule, ...]
+    authorizer: bool
+    super_users: frozenset[str]
 
 
 def load_security(config: BrokerConfig) -> BrokerSecurity | None:
-    """`BrokerSecurity` from the config, None without TLS; ConfigError when invalid."""
+    """`BrokerSecurity` from the config, None without TLS and authorizer (plaintext, no
+    interceptor: exactly as before); ConfigError when invalid."""
     tls = load_tls(config.tls_cert, config.tls_key, config.tls_ca)
-    if tls is None:
+    if tls is None and not config.authorizer:
         return None
     try:
         rules = parse_rules(config.ssl_principal_mapping_rules)
-    except MappingRuleError as exc:
+        super_users = parse_super_users(config.super_users)
+    except (MappingRuleError, AclError) as exc:
         raise ConfigError(str(exc)) from None
-    return BrokerSecurity(tls=tls, rules=rules)
+    return BrokerSecurity(
+        tls=tls, rules=rules, authorizer=config.authorizer, super_users=super_users
+    )
 
 
 SHUTDOWN_GRACE_S = 5.0
@@ -169,6 +182,19 @@ class Broker:
             )
         return None
 
+    def _authorize(
+        self, principal: str, method: str, request: object
+    ) -> tuple[grpc.StatusCode, str] | None:
+        """The authorizer's answer for one call, from the ACLs the controller pushed."""
+        assert self.security is not None
+        return refusal(
+            method,
+            request,
+            principal=principal,
+            acls=self.metadata.acls,
+            super_users=self.security.super_users,
+        )
+
     def stop(self) -> None:
         """Ask `serve()` to shut down gracefully (safe from a signal handler)."""
         self._stopping.set()
@@ -208,7 +234,8 @@ class Broker:
 
         security = self.security
         tls = security.tls if security is not None else None
-        server = new_server(config, security)
+        authorize = self._authorize if security is not None and security.authorizer else None
+        server = new_server(config, security, authorize)
         self.bound_port = _bind(server, host, port, tls, mutual=True, what=config.listen)
         adv_host, adv_port = (
             parse_host_port(config.advertise, what="--advertise")
@@ -219,7 +246,7 @@ class Broker:
         ext_host, ext_port = "", 0
         if config.external_listen:
             bind_host, bind_port = parse_host_port(config.external_listen, what="--external-listen")
-            external_server = new_server(config, security)
+            external_server = new_server(config, security, authorize)
             bound = _bind(
                 external_server,
                 bind_host,

@@ -44,6 +44,10 @@ class BrokerConfig(msgspec.Struct, frozen=True, kw_only=True):
     tls_ca: str | None = None
     #: Kafka's ssl.principal.mapping.rules: certificate subject -> `User:NAME`.
     ssl_principal_mapping_rules: str = "DEFAULT"
+    #: Enforce ACLs (minikafka.acl, minikafka.authorization): default deny.
+    authorizer: bool = False
+    #: Kafka's super.users, `User:a;User:b`: allowed everything (brokers, controllers).
+    super_users: str = ""
     # Replication
     replica_lag_time_max_ms: PositiveMs = 10_000
     replica_fetch_wait_max_ms: PositiveMs = 500

@@ -473,6 +473,33 @@ class ControllerForwarder:
             timeout_s=ADMIN_TIMEOUT_S,
         )
 
+    async def create_acls(
+        self, request: controller_pb2.CreateAclsRequest
+    ) -> controller_pb2.CreateAclsResponse:
+        return await self._link.call(
+            lambda stub, timeout_s: stub.CreateAcls(request, timeout=timeout_s),
+            moved=lambda response: response.error_code == NOT_CONTROLLER,
+            timeout_s=ADMIN_TIMEOUT_S,
+        )
+
+    async def delete_acls(
+        self, request: controller_pb2.DeleteAclsRequest
+    ) -> controller_pb2.DeleteAclsResponse:
+        return await self._link.call(
+            lambda stub, timeout_s: stub.DeleteAcls(request, timeout=timeout_s),
+            moved=lambda response: response.error_code == NOT_CONTROLLER,
+            timeout_s=ADMIN_TIMEOUT_S,
+        )
+
+    async def describe_acls(
+        self, request: controller_pb2.DescribeAclsRequest
+    ) -> controller_pb2.DescribeAclsResponse:
+        return await self._link.call(
+            lambda stub, timeout_s: stub.DescribeAcls(request, timeout=timeout_s),
+            moved=lambda response: response.error_code == NOT_CONTROLLER,
+            timeout_s=ADMIN_TIMEOUT_S,
+        )
+
     async def alter_configs(
         self, request: controller_pb2.AlterConfigsRequest
     ) -> controller_pb2.AlterConfigsResponse:

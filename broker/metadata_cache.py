@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import msgspec
 
+from minikafka.acl import AclBinding
+
 
 class BrokerInfo(msgspec.Struct, frozen=True, kw_only=True):
     broker_id: int
@@ -50,6 +52,8 @@ class MetadataCache:
         self.brokers: dict[int, BrokerInfo] = {}
         self.partitions: dict[tuple[str, int], PartitionInfo] = {}
         self.topic_configs: dict[str, dict[str, str]] = {}
+        #: Every ACL of the cluster (the controller's set as of `metadata_offset`).
+        self.acls: frozenset[AclBinding] = frozenset()
 
     def isr_eligible_epochs(self) -> dict[int, int]:
         """Brokers a leader may add to an ISR, with the broker epoch each must fetch with:

@@ -25,6 +25,7 @@ from client.errors import (
     MiniKafkaClientError,
     NoBrokersAvailable,
     UnknownTopicOrPartitionError,
+    authorization_error,
     check_config_keys,
     from_response,
 )
@@ -32,6 +33,8 @@ from client.loop_thread import LoopThread
 from client.records import NewTopic, TopicPartition
 from client.security import client_tls
 from client.transport import BrokerConnections
+from minikafka.acl import AclBinding, AclFilter
+from minikafka.acl_wire import binding_from_wire, binding_to_wire, filter_to_wire
 from minikafka.errors import ErrorCode
 from minikafka.v1 import broker_pb2, broker_pb2_grpc, common_pb2, controller_pb2
 
@@ -350,6 +353,10 @@ class AsyncAdmin:
                 try:
                     return await fn(self._conn.stub(address))
                 except grpc.aio.AioRpcError as exc:
+                    if exc.code() is grpc.StatusCode.PERMISSION_DENIED:
+                        raise authorization_error(
+                            exc.details() or "", context=f"{what} at {address}"
+                        ) from exc
                     if exc.code() not in (
                         grpc.StatusCode.UNAVAILABLE,
                         grpc.StatusCode.DEADLINE_EXCEEDED,
@@ -508,6 +515,39 @@ class AsyncAdmin:
             raise from_response(
                 response.error_code, response.error_message, context=f"alter configs of {topic!r}"
             )
+
+    async def create_acls(self, acls: Iterable[AclBinding]) -> None:
+        """Add ACLs (kafka-acls --add); all or none: a malformed one raises
+        `InvalidRequestError` and nothing is added. Existing ones are kept once."""
+        request = controller_pb2.CreateAclsRequest(acls=[binding_to_wire(a) for a in acls])
+        response = await self._call(
+            lambda stub: stub.CreateAcls(request, timeout=self._timeout_s), "CreateAcls"
+        )
+        if response.error_code != ErrorCode.NONE:
+            raise from_response(response.error_code, response.error_message, context="create ACLs")
+
+    async def delete_acls(self, filters: Iterable[AclFilter]) -> list[AclBinding]:
+        """Remove every ACL one of `filters` matches (kafka-acls --remove); returns them."""
+        request = controller_pb2.DeleteAclsRequest(filters=[filter_to_wire(f) for f in filters])
+        response = await self._call(
+            lambda stub: stub.DeleteAcls(request, timeout=self._timeout_s), "DeleteAcls"
+        )
+        if response.error_code != ErrorCode.NONE:
+            raise from_response(response.error_code, response.error_message, context="delete ACLs")
+        return [binding_from_wire(message) for message in response.deleted]
+
+    async def describe_acls(self, acl_filter: AclFilter | None = None) -> list[AclBinding]:
+        """The ACLs `acl_filter` matches (all without one; kafka-acls --list)."""
+        wanted = filter_to_wire(acl_filter or AclFilter())
+        request = controller_pb2.DescribeAclsRequest(filter=wanted)
+        response = await self._call(
+            lambda stub: stub.DescribeAcls(request, timeout=self._timeout_s), "DescribeAcls"
+        )
+        if response.error_code != ErrorCode.NONE:
+            raise from_response(
+                response.error_code, response.error_message, context="describe ACLs"
+            )
+        return [binding_from_wire(message) for message in response.acls]
 
     async def elect_leaders(
         self,
@@ -811,6 +851,15 @@ class Admin:
         self._thread.run(
             self._inner.alter_configs(topic, configs, delete=delete, validate_only=validate_only)
         )
+
+    def create_acls(self, acls: Iterable[AclBinding]) -> None:
+        self._thread.run(self._inner.create_acls(list(acls)))
+
+    def delete_acls(self, filters: Iterable[AclFilter]) -> list[AclBinding]:
+        return self._thread.run(self._inner.delete_acls(list(filters)))
+
+    def describe_acls(self, acl_filter: AclFilter | None = None) -> list[AclBinding]:
+        return self._thread.run(self._inner.describe_acls(acl_filter))
 
     def elect_leaders(
         self,

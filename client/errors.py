@@ -485,3 +485,14 @@ def from_response(code: int, message: str = "", *, context: str = "") -> BrokerR
     if context:
         text = f"{context}: {text} [{wire_code.name}]"
     return cls(text, code=wire_code)
+
+
+def authorization_error(details: str, *, context: str) -> BrokerResponseError:
+    """The error of a call the broker refused with PERMISSION_DENIED: its message starts
+    with the Kafka code name (`TOPIC_AUTHORIZATION_FAILED: ...`, see
+    `minikafka.authorization`); CLUSTER_AUTHORIZATION_FAILED when it does not."""
+    name = details.partition(":")[0].strip()
+    code = (
+        ErrorCode[name] if name in ErrorCode.__members__ else ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    )
+    return for_code(int(code))(f"{context}: {details}", code=code)

@@ -56,6 +56,8 @@ from controller.raft.config import RaftConfig
 from controller.raft.file_storage import FileRaftStorage
 from controller.raft_transport import CHANNEL_OPTIONS, RaftServicer, RaftTransport
 from controller.server import ControllerServicer
+from minikafka.acl import AclError, parse_super_users
+from minikafka.authorization import refusal
 from minikafka.config import ConfigError
 from minikafka.grpc_auth import AuthGuard
 from minikafka.grpc_options import server_options
@@ -120,7 +122,8 @@ class ControllerApp:
         self._tls = load_tls(config.tls_cert, config.tls_key, config.tls_ca)
         try:
             self._rules = parse_rules(config.ssl_principal_mapping_rules)
-        except MappingRuleError as exc:
+            self._super_users = parse_super_users(config.super_users)
+        except (MappingRuleError, AclError) as exc:
             raise ConfigError(str(exc)) from None
 
     @property
@@ -347,8 +350,11 @@ class ControllerApp:
         config = self.config
         server = grpc.aio.server(
             options=server_options(max_message_bytes=config.grpc_max_message_bytes),
-            # Under TLS every caller is named (an unmapped certificate subject is refused).
-            interceptors=[AuthGuard(self._rules)] if self._tls is not None else None,
+            # Under TLS every caller is named (an unmapped certificate subject is refused);
+            # with the authorizer every call is checked against the committed ACLs.
+            interceptors=[AuthGuard(self._rules, self._authorize if config.authorizer else None)]
+            if self._tls is not None or config.authorizer
+            else None,
         )
         controller_pb2_grpc.add_ControllerServiceServicer_to_server(
             ControllerServicer(
@@ -384,6 +390,20 @@ class ControllerApp:
         self.address = f"{_bracket(host)}:{bound_port}"
         logger.info("controller %d listening on %s", config.node_id, self.address)
         return server, health
+
+    def _authorize(
+        self, principal: str, method: str, request: object
+    ) -> tuple[grpc.StatusCode, str] | None:
+        """The authorizer's answer from the ACLs this controller has applied (none before
+        its metadata is loaded: only super users get in)."""
+        engine = self._engine
+        return refusal(
+            method,
+            request,
+            principal=principal,
+            acls=engine.state.acls if engine is not None else (),
+            super_users=self._super_users,
+        )
 
     def _start_metrics(self) -> MetricsServer | None:
         """prometheus_client's HTTP server (a thread) on --metrics-listen."""

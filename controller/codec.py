@@ -24,6 +24,7 @@ from controller.state_machine import (
     NewTopic,
     TopicResult,
 )
+from minikafka.acl_wire import binding_to_wire
 from minikafka.errors import ErrorCode
 from minikafka.v1 import broker_pb2, common_pb2, controller_pb2, raft_pb2
 
@@ -134,6 +135,7 @@ def update_metadata_request(
         deleted_topics=list(state.deleted_topics),
         cluster_id=state.cluster_id,
         metadata_offset=state.metadata_offset,
+        acls=[binding_to_wire(binding) for binding in sorted(state.acls)],
     )
 
 

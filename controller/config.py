@@ -36,6 +36,10 @@ class ControllerConfig(msgspec.Struct, frozen=True, kw_only=True):
     tls_ca: str | None = None
     #: Kafka's ssl.principal.mapping.rules: certificate subject -> `User:NAME`.
     ssl_principal_mapping_rules: str = "DEFAULT"
+    #: Enforce ACLs (minikafka.acl, minikafka.authorization): default deny.
+    authorizer: bool = False
+    #: Kafka's super.users, `User:a;User:b`: allowed everything (brokers, controllers).
+    super_users: str = ""
     #: The cluster id a new data directory is formatted with. A quorum of one generates
     #: one when None; a larger quorum needs it (the same on every controller) to format.
     cluster_id: str | None = None

@@ -40,6 +40,7 @@ from controller.quorum import MetadataQuorum, NotControllerError
 from controller.rebalance import partitions_to_rebalance
 from controller.records import BrokerRecord, PartitionRecord, Record
 from controller.state_machine import (
+    AclReply,
     AlterPartitionItem,
     AlterPartitionReply,
     ConfigReply,
@@ -58,8 +59,10 @@ from controller.state_machine import (
     alter_partition,
     bootstrap,
     controlled_shutdown,
+    create_acls,
     create_partitions,
     create_topics,
+    delete_acls,
     delete_topics,
     elect_leaders,
     fence_broker,
@@ -68,6 +71,7 @@ from controller.state_machine import (
     register_broker,
     unclean_recovery_candidates,
 )
+from minikafka.acl import AclBinding, AclFilter
 from minikafka.errors import ErrorCode
 from minikafka.tls import TlsMaterial
 
@@ -535,6 +539,23 @@ class ControllerEngine:
             return await self._commit(term, result)
 
         return await self._exclusive(handle)
+
+    async def create_acls(self, *, bindings: Sequence[AclBinding]) -> AclReply:
+        async def handle(term: _Term) -> AclReply:
+            return await self._commit(term, create_acls(self.state, bindings))
+
+        return await self._exclusive(handle)
+
+    async def delete_acls(self, *, filters: Sequence[AclFilter]) -> AclReply:
+        async def handle(term: _Term) -> AclReply:
+            return await self._commit(term, delete_acls(self.state, filters))
+
+        return await self._exclusive(handle)
+
+    def describe_acls(self, acl_filter: AclFilter) -> list[AclBinding]:
+        """The committed ACLs `acl_filter` matches (the active controller only)."""
+        self._require_term()
+        return sorted(binding for binding in self.state.acls if acl_filter.matches(binding))
 
     def _on_replicas_offline(
         self, broker_id: int, broker_epoch: int, keys: list[PartitionKey]

@@ -11,6 +11,8 @@ from typing import Final
 
 import msgspec
 
+from minikafka.acl import AclBinding
+
 NO_LEADER: Final = -1
 
 PartitionKey = tuple[str, int]
@@ -98,6 +100,7 @@ class ClusterState(msgspec.Struct, frozen=True, kw_only=True):
     topics: dict[str, TopicRecord] = msgspec.field(default_factory=dict)
     partitions: dict[PartitionKey, PartitionRegistration] = msgspec.field(default_factory=dict)
     deleted_topics: tuple[str, ...] = ()  # the most recent deletions, newest last (bounded)
+    acls: frozenset[AclBinding] = frozenset()  # minikafka.acl; pushed to every broker
 
     def topic_partitions(self, topic: str) -> list[PartitionKey]:
         record = self.topics.get(topic)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import msgspec
 
 from controller.model import BrokerRegistration, PartitionRegistration, TopicRecord
+from minikafka.acl import AclBinding
 
 
 class ClusterIdRecord(msgspec.Struct, frozen=True, kw_only=True, tag="cluster_id"):
@@ -43,6 +44,14 @@ class ProducerIdsRecord(msgspec.Struct, frozen=True, kw_only=True, tag="producer
     next_producer_id: int  # every id below this one has been handed out
 
 
+class AclRecord(msgspec.Struct, frozen=True, kw_only=True, tag="acl"):
+    binding: AclBinding
+
+
+class RemoveAclRecord(msgspec.Struct, frozen=True, kw_only=True, tag="remove_acl"):
+    binding: AclBinding
+
+
 Record = (
     ClusterIdRecord
     | ControllerEpochRecord
@@ -51,4 +60,6 @@ Record = (
     | PartitionRecord
     | RemoveTopicRecord
     | ProducerIdsRecord
+    | AclRecord
+    | RemoveAclRecord
 )

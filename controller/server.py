@@ -19,6 +19,8 @@ from controller import codec
 from controller.engine import ControllerEngine
 from controller.quorum import NotControllerError
 from controller.state_machine import AlterPartitionItem, ElectionType
+from minikafka.acl import AclError
+from minikafka.acl_wire import binding_from_wire, binding_to_wire, filter_from_wire
 from minikafka.errors import ErrorCode
 from minikafka.v1 import common_pb2, controller_pb2, controller_pb2_grpc, raft_pb2
 
@@ -320,6 +322,65 @@ class ControllerServicer(controller_pb2_grpc.ControllerServiceServicer):
             error_code=codec.wire_code(reply.error),
             producer_id=reply.producer_id,
             producer_epoch=reply.producer_epoch,
+        )
+
+    async def CreateAcls(
+        self, request: controller_pb2.CreateAclsRequest, context: ServicerContext
+    ) -> controller_pb2.CreateAclsResponse:
+        try:
+            bindings = [binding_from_wire(message) for message in request.acls]
+        except AclError as error:
+            return controller_pb2.CreateAclsResponse(
+                error_code=int(ErrorCode.INVALID_REQUEST), error_message=str(error)
+            )
+        try:
+            reply = await self._engine.create_acls(bindings=bindings)
+        except NotControllerError as error:
+            return controller_pb2.CreateAclsResponse(
+                error_code=_NOT_CONTROLLER, error_message=str(error)
+            )
+        return controller_pb2.CreateAclsResponse(
+            error_code=codec.wire_code(reply.error), error_message=reply.message
+        )
+
+    async def DeleteAcls(
+        self, request: controller_pb2.DeleteAclsRequest, context: ServicerContext
+    ) -> controller_pb2.DeleteAclsResponse:
+        try:
+            filters = [filter_from_wire(message) for message in request.filters]
+        except AclError as error:
+            return controller_pb2.DeleteAclsResponse(
+                error_code=int(ErrorCode.INVALID_REQUEST), error_message=str(error)
+            )
+        try:
+            reply = await self._engine.delete_acls(filters=filters)
+        except NotControllerError as error:
+            return controller_pb2.DeleteAclsResponse(
+                error_code=_NOT_CONTROLLER, error_message=str(error)
+            )
+        return controller_pb2.DeleteAclsResponse(
+            error_code=codec.wire_code(reply.error),
+            error_message=reply.message,
+            deleted=[binding_to_wire(binding) for binding in reply.deleted],
+        )
+
+    async def DescribeAcls(
+        self, request: controller_pb2.DescribeAclsRequest, context: ServicerContext
+    ) -> controller_pb2.DescribeAclsResponse:
+        try:
+            acl_filter = filter_from_wire(request.filter)
+        except AclError as error:
+            return controller_pb2.DescribeAclsResponse(
+                error_code=int(ErrorCode.INVALID_REQUEST), error_message=str(error)
+            )
+        try:
+            bindings = self._engine.describe_acls(acl_filter)
+        except NotControllerError as error:
+            return controller_pb2.DescribeAclsResponse(
+                error_code=_NOT_CONTROLLER, error_message=str(error)
+            )
+        return controller_pb2.DescribeAclsResponse(
+            acls=[binding_to_wire(binding) for binding in bindings]
         )
 
 

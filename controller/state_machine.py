@@ -42,15 +42,18 @@ from controller.partition_change import (
 )
 from controller.placement import assign_replicas
 from controller.records import (
+    AclRecord,
     BrokerRecord,
     ClusterIdRecord,
     ControllerEpochRecord,
     PartitionRecord,
     ProducerIdsRecord,
     Record,
+    RemoveAclRecord,
     RemoveTopicRecord,
     TopicUpsertRecord,
 )
+from minikafka.acl import AclBinding, AclError, AclFilter, check_binding
 from minikafka.errors import ErrorCode, MiniKafkaError
 from minikafka.limits import TopicLimits, check_capacity, check_partition_count, replicas_per_broker
 from minikafka.topic_config import (
@@ -227,6 +230,10 @@ def replay(state: ClusterState, offset: int, record: Record) -> ClusterState:
             )
         case ProducerIdsRecord(next_producer_id=next_id):
             return replace(state, next_producer_id=max(state.next_producer_id, next_id))
+        case AclRecord(binding=binding):
+            return replace(state, acls=state.acls | {binding})
+        case RemoveAclRecord(binding=binding):
+            return replace(state, acls=state.acls - {binding})
     raise AssertionError(f"unknown record {record!r}")
 
 
@@ -249,6 +256,7 @@ def snapshot_records(state: ClusterState) -> list[Record]:
         PartitionRecord(topic=key[0], partition=key[1], registration=state.partitions[key])
         for key in sorted(state.partitions)
     )
+    records.extend(AclRecord(binding=binding) for binding in sorted(state.acls))
     return records
 
 
@@ -1239,4 +1247,36 @@ def init_producer_id(
         return ControllerResult(reply=ProducerIdReply(error=ErrorCode.INVALID_PRODUCER_EPOCH))
     return ControllerResult(
         reply=ProducerIdReply(producer_id=producer_id, producer_epoch=producer_epoch + 1)
+    )
+
+
+# ---- ACLs ---------------------------------------------------------------------------------
+
+
+class AclReply(msgspec.Struct, frozen=True, kw_only=True):
+    error: ErrorCode = ErrorCode.NONE
+    message: str = ""
+    #: The bindings a delete removed.
+    deleted: tuple[AclBinding, ...] = ()
+
+
+def create_acls(state: ClusterState, bindings: Sequence[AclBinding]) -> ControllerResult[AclReply]:
+    """Add `bindings` (all or none: one malformed binding refuses the request); a binding
+    that already exists is not written again."""
+    try:
+        checked = [check_binding(binding) for binding in bindings]
+    except AclError as error:
+        return ControllerResult(reply=AclReply(error=ErrorCode.INVALID_REQUEST, message=str(error)))
+    new = sorted(set(checked) - state.acls)
+    return ControllerResult(
+        records=tuple(AclRecord(binding=binding) for binding in new), reply=AclReply()
+    )
+
+
+def delete_acls(state: ClusterState, filters: Sequence[AclFilter]) -> ControllerResult[AclReply]:
+    """Remove every binding any of `filters` matches (an empty filter matches all)."""
+    doomed = sorted(b for b in state.acls if any(f.matches(b) for f in filters))
+    return ControllerResult(
+        records=tuple(RemoveAclRecord(binding=binding) for binding in doomed),
+        reply=AclReply(deleted=tuple(doomed)),
     )

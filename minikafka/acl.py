@@ -94,6 +94,16 @@ def check_binding(binding: AclBinding) -> AclBinding:
     return binding
 
 
+def parse_super_users(text: str) -> frozenset[str]:
+    """Kafka's `super.users`: `User:a;User:b` (empty: none); AclError on a bad entry."""
+    users = frozenset(part.strip() for part in text.split(";") if part.strip())
+    for user in users:
+        kind, _, name = user.partition(":")
+        if kind != "User" or not name or name == "*":
+            raise AclError(f"super user {user!r} is not User:NAME")
+    return users
+
+
 def _resource_matches(binding: AclBinding, resource_type: ResourceType, name: str) -> bool:
     if binding.resource_type is not resource_type:
         return False

@@ -10,6 +10,7 @@ from __future__ import annotations
 import click
 
 from minikafka import __version__
+from minikafka_cli.acls import acls
 from minikafka_cli.cluster import cluster, leader_election
 from minikafka_cli.common import CONTEXT_SETTINGS, MainGroup
 from minikafka_cli.logs import log
@@ -27,8 +28,8 @@ def main() -> None:
     """minikafka: a replicated log broker with Kafka's replication protocol, over gRPC.
 
     Start a local cluster with `minikafka dev`, then use the client commands (topic,
-    produce, consume, get-offsets, leader-election, cluster, metadata-quorum, timeline) with
-    --bootstrap-server HOST:PORT.
+    produce, consume, get-offsets, leader-election, cluster, metadata-quorum, timeline,
+    acls) with --bootstrap-server HOST:PORT.
     """
 
 
@@ -45,5 +46,5 @@ for command in (
     metadata_quorum,
 ):
     main.add_command(command)
-for command in (get_offsets, timeline):
+for command in (get_offsets, timeline, acls):
     main.add_command(command)

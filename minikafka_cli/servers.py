@@ -108,6 +108,19 @@ def tls_options(func: F) -> F:
         ]
     ):
         func = opt(flag, type=pem, metavar="FILE", help=text)(func)
+    func = opt(
+        "--super-users",
+        default="",
+        metavar="User:A;User:B",
+        help="Kafka's super.users: principals allowed everything under --authorizer (give "
+        "the brokers' and controllers' principals).",
+    )(func)
+    func = opt(
+        "--authorizer",
+        is_flag=True,
+        help="Enforce ACLs (`minikafka acls`): every request needs an ACL that allows it "
+        "(default deny; DENY wins), except from --super-users.",
+    )(func)
     return opt(
         "--ssl-principal-mapping-rules",
         default="DEFAULT",
@@ -269,6 +282,8 @@ def broker(
     tls_key: str | None,
     tls_ca: str | None,
     ssl_principal_mapping_rules: str,
+    authorizer: bool,
+    super_users: str,
     **limits: int,
 ) -> None:
     """Run a broker: Produce/Fetch for clients, replication, control from the controller."""
@@ -304,6 +319,8 @@ def broker(
         tls_key=tls_key,
         tls_ca=tls_ca,
         ssl_principal_mapping_rules=ssl_principal_mapping_rules,
+        authorizer=authorizer,
+        super_users=super_users,
     )
     config = msgspec.structs.replace(config, **limits)
     if unsafe_test_hw_is_leo:
@@ -444,6 +461,8 @@ def controller(
     tls_key: str | None,
     tls_ca: str | None,
     ssl_principal_mapping_rules: str,
+    authorizer: bool,
+    super_users: str,
     **limits: int,
 ) -> None:
     """Run a controller: cluster metadata, broker liveness, leader elections.
@@ -483,6 +502,8 @@ def controller(
         tls_key=tls_key,
         tls_ca=tls_ca,
         ssl_principal_mapping_rules=ssl_principal_mapping_rules,
+        authorizer=authorizer,
+        super_users=super_users,
     )
     config = msgspec.structs.replace(config, **limits)
     try:

@@ -93,6 +93,9 @@ def stored_state(state: ClusterState) -> StandaloneState:
     )
 
 
+_NO_ACLS = "ACLs live in the controller's metadata log: a standalone broker has none"
+
+
 class StateMachineAdmin:
     """`AdminBackend` of a standalone broker (see the module docstring)."""
 
@@ -167,6 +170,27 @@ class StateMachineAdmin:
     ) -> controller_pb2.DeleteTopicsResponse:
         results = self._commit(delete_topics(self._state, names=list(request.names)))
         return controller_pb2.DeleteTopicsResponse(topics=codec.topic_results(results))
+
+    async def create_acls(
+        self, request: controller_pb2.CreateAclsRequest
+    ) -> controller_pb2.CreateAclsResponse:
+        return controller_pb2.CreateAclsResponse(
+            error_code=int(ErrorCode.INVALID_REQUEST), error_message=_NO_ACLS
+        )
+
+    async def delete_acls(
+        self, request: controller_pb2.DeleteAclsRequest
+    ) -> controller_pb2.DeleteAclsResponse:
+        return controller_pb2.DeleteAclsResponse(
+            error_code=int(ErrorCode.INVALID_REQUEST), error_message=_NO_ACLS
+        )
+
+    async def describe_acls(
+        self, request: controller_pb2.DescribeAclsRequest
+    ) -> controller_pb2.DescribeAclsResponse:
+        return controller_pb2.DescribeAclsResponse(
+            error_code=int(ErrorCode.INVALID_REQUEST), error_message=_NO_ACLS
+        )
 
     async def alter_configs(
         self, request: controller_pb2.AlterConfigsRequest

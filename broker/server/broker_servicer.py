@@ -89,6 +89,15 @@ class AdminBackend(Protocol):
     async def describe_quorum(
         self, request: raft_pb2.DescribeQuorumRequest
     ) -> raft_pb2.DescribeQuorumResponse: ...
+    async def create_acls(
+        self, request: controller_pb2.CreateAclsRequest
+    ) -> controller_pb2.CreateAclsResponse: ...
+    async def delete_acls(
+        self, request: controller_pb2.DeleteAclsRequest
+    ) -> controller_pb2.DeleteAclsResponse: ...
+    async def describe_acls(
+        self, request: controller_pb2.DescribeAclsRequest
+    ) -> controller_pb2.DescribeAclsResponse: ...
 
 
 def _fetch_response(
@@ -459,6 +468,33 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         ],
     ) -> raft_pb2.DescribeQuorumResponse:
         return await self._admin.describe_quorum(request)
+
+    async def CreateAcls(
+        self,
+        request: controller_pb2.CreateAclsRequest,
+        context: grpc.aio.ServicerContext[
+            controller_pb2.CreateAclsRequest, controller_pb2.CreateAclsResponse
+        ],
+    ) -> controller_pb2.CreateAclsResponse:
+        return await self._admin.create_acls(request)
+
+    async def DeleteAcls(
+        self,
+        request: controller_pb2.DeleteAclsRequest,
+        context: grpc.aio.ServicerContext[
+            controller_pb2.DeleteAclsRequest, controller_pb2.DeleteAclsResponse
+        ],
+    ) -> controller_pb2.DeleteAclsResponse:
+        return await self._admin.delete_acls(request)
+
+    async def DescribeAcls(
+        self,
+        request: controller_pb2.DescribeAclsRequest,
+        context: grpc.aio.ServicerContext[
+            controller_pb2.DescribeAclsRequest, controller_pb2.DescribeAclsResponse
+        ],
+    ) -> controller_pb2.DescribeAclsResponse:
+        return await self._admin.describe_acls(request)
 
 
 class ReplicaServicer(broker_pb2_grpc.ReplicaServiceServicer):

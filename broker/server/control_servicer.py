@@ -11,13 +11,15 @@ already applied is acknowledged and ignored.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import grpc
 
 from broker.metadata_cache import BrokerInfo, MetadataCache, PartitionInfo
 from broker.replica.manager import ReplicaManager
 from broker.replica.transitions import LeaderAndIsrPartition, check_control_request
+from minikafka.acl import AclBinding, AclError
+from minikafka.acl_wire import binding_from_wire
 from minikafka.errors import ErrorCode
 from minikafka.v1 import broker_pb2, broker_pb2_grpc, common_pb2
 
@@ -182,6 +184,7 @@ class ControlServicer(broker_pb2_grpc.BrokerControlServiceServicer):
         for state in request.partitions:
             cache.update_partition(_partition_info(state))
         self._apply_configs(list(request.topic_configs))
+        cache.acls = _acls(request.acls)
         cache.metadata_offset = max(cache.metadata_offset, request.metadata_offset)
         self._on_change()
         return broker_pb2.UpdateMetadataResponse(error_code=int(ErrorCode.NONE))
@@ -213,3 +216,15 @@ class ControlServicer(broker_pb2_grpc.BrokerControlServiceServicer):
                 log_end_offset=end[1],
             )
         return response
+
+
+def _acls(messages: Iterable[common_pb2.AclBinding]) -> frozenset[AclBinding]:
+    """The pushed ACLs; one this version cannot read is left out (logged): it then
+    allows nothing, and a DENY it meant is the default anyway."""
+    acls: set[AclBinding] = set()
+    for message in messages:
+        try:
+            acls.add(binding_from_wire(message))
+        except AclError as error:
+            logger.warning("ignoring an ACL the controller sent: %s", error)
+    return frozenset(acls)

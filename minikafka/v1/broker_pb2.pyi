@@ -806,6 +806,7 @@ class UpdateMetadataRequest(_message.Message):
     DELETED_TOPICS_FIELD_NUMBER: _builtins.int
     CLUSTER_ID_FIELD_NUMBER: _builtins.int
     METADATA_OFFSET_FIELD_NUMBER: _builtins.int
+    ACLS_FIELD_NUMBER: _builtins.int
     controller_id: _builtins.int
     controller_epoch: _builtins.int
     broker_epoch: _builtins.int
@@ -820,6 +821,10 @@ class UpdateMetadataRequest(_message.Message):
     def topic_configs(self) -> _containers.RepeatedCompositeFieldContainer[Global___TopicConfigs]: ...
     @_builtins.property
     def deleted_topics(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def acls(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.AclBinding]:
+        """Every ACL of the cluster (the whole set: it replaces the broker's)."""
+
     def __init__(
         self,
         *,
@@ -832,10 +837,11 @@ class UpdateMetadataRequest(_message.Message):
         deleted_topics: _abc.Iterable[_builtins.str] | None = ...,
         cluster_id: _builtins.str = ...,
         metadata_offset: _builtins.int = ...,
+        acls: _abc.Iterable[_common_pb2.AclBinding] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_epoch", b"broker_epoch", "cluster_id", b"cluster_id", "controller_epoch", b"controller_epoch", "controller_id", b"controller_id", "deleted_topics", b"deleted_topics", "live_brokers", b"live_brokers", "metadata_offset", b"metadata_offset", "partitions", b"partitions", "topic_configs", b"topic_configs"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acls", b"acls", "broker_epoch", b"broker_epoch", "cluster_id", b"cluster_id", "controller_epoch", b"controller_epoch", "controller_id", b"controller_id", "deleted_topics", b"deleted_topics", "live_brokers", b"live_brokers", "metadata_offset", b"metadata_offset", "partitions", b"partitions", "topic_configs", b"topic_configs"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

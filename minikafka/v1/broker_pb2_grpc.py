@@ -101,6 +101,21 @@ class BrokerServiceStub:
                 request_serializer=minikafka_dot_v1_dot_raft__pb2.DescribeQuorumRequest.SerializeToString,
                 response_deserializer=minikafka_dot_v1_dot_raft__pb2.DescribeQuorumResponse.FromString,
                 _registered_method=True)
+        self.CreateAcls = channel.unary_unary(
+                '/minikafka.v1.BrokerService/CreateAcls',
+                request_serializer=minikafka_dot_v1_dot_controller__pb2.CreateAclsRequest.SerializeToString,
+                response_deserializer=minikafka_dot_v1_dot_controller__pb2.CreateAclsResponse.FromString,
+                _registered_method=True)
+        self.DeleteAcls = channel.unary_unary(
+                '/minikafka.v1.BrokerService/DeleteAcls',
+                request_serializer=minikafka_dot_v1_dot_controller__pb2.DeleteAclsRequest.SerializeToString,
+                response_deserializer=minikafka_dot_v1_dot_controller__pb2.DeleteAclsResponse.FromString,
+                _registered_method=True)
+        self.DescribeAcls = channel.unary_unary(
+                '/minikafka.v1.BrokerService/DescribeAcls',
+                request_serializer=minikafka_dot_v1_dot_controller__pb2.DescribeAclsRequest.SerializeToString,
+                response_deserializer=minikafka_dot_v1_dot_controller__pb2.DescribeAclsResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServiceServicer:
@@ -186,6 +201,25 @@ class BrokerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateAcls(self, request, context):
+        """ACLs, forwarded to the active controller.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteAcls(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeAcls(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -253,6 +287,21 @@ def add_BrokerServiceServicer_to_server(servicer, server):
                     servicer.DescribeQuorum,
                     request_deserializer=minikafka_dot_v1_dot_raft__pb2.DescribeQuorumRequest.FromString,
                     response_serializer=minikafka_dot_v1_dot_raft__pb2.DescribeQuorumResponse.SerializeToString,
+            ),
+            'CreateAcls': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateAcls,
+                    request_deserializer=minikafka_dot_v1_dot_controller__pb2.CreateAclsRequest.FromString,
+                    response_serializer=minikafka_dot_v1_dot_controller__pb2.CreateAclsResponse.SerializeToString,
+            ),
+            'DeleteAcls': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteAcls,
+                    request_deserializer=minikafka_dot_v1_dot_controller__pb2.DeleteAclsRequest.FromString,
+                    response_serializer=minikafka_dot_v1_dot_controller__pb2.DeleteAclsResponse.SerializeToString,
+            ),
+            'DescribeAcls': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeAcls,
+                    request_deserializer=minikafka_dot_v1_dot_controller__pb2.DescribeAclsRequest.FromString,
+                    response_serializer=minikafka_dot_v1_dot_controller__pb2.DescribeAclsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -606,6 +655,87 @@ class BrokerService:
             '/minikafka.v1.BrokerService/DescribeQuorum',
             minikafka_dot_v1_dot_raft__pb2.DescribeQuorumRequest.SerializeToString,
             minikafka_dot_v1_dot_raft__pb2.DescribeQuorumResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateAcls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/minikafka.v1.BrokerService/CreateAcls',
+            minikafka_dot_v1_dot_controller__pb2.CreateAclsRequest.SerializeToString,
+            minikafka_dot_v1_dot_controller__pb2.CreateAclsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteAcls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/minikafka.v1.BrokerService/DeleteAcls',
+            minikafka_dot_v1_dot_controller__pb2.DeleteAclsRequest.SerializeToString,
+            minikafka_dot_v1_dot_controller__pb2.DeleteAclsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeAcls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/minikafka.v1.BrokerService/DescribeAcls',
+            minikafka_dot_v1_dot_controller__pb2.DescribeAclsRequest.SerializeToString,
+            minikafka_dot_v1_dot_controller__pb2.DescribeAclsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -52,6 +52,10 @@ class BrokerServiceStub:
     DescribePartitionHistory: _grpc.UnaryUnaryMultiCallable[_controller_pb2.DescribePartitionHistoryRequest, _controller_pb2.DescribePartitionHistoryResponse]
     DescribeQuorum: _grpc.UnaryUnaryMultiCallable[_raft_pb2.DescribeQuorumRequest, _raft_pb2.DescribeQuorumResponse]
     """The controller quorum, forwarded to the active controller (metadata-quorum describe)."""
+    CreateAcls: _grpc.UnaryUnaryMultiCallable[_controller_pb2.CreateAclsRequest, _controller_pb2.CreateAclsResponse]
+    """ACLs, forwarded to the active controller."""
+    DeleteAcls: _grpc.UnaryUnaryMultiCallable[_controller_pb2.DeleteAclsRequest, _controller_pb2.DeleteAclsResponse]
+    DescribeAcls: _grpc.UnaryUnaryMultiCallable[_controller_pb2.DescribeAclsRequest, _controller_pb2.DescribeAclsResponse]
 
 @_typing.type_check_only
 class BrokerServiceAsyncStub(BrokerServiceStub):
@@ -71,6 +75,10 @@ class BrokerServiceAsyncStub(BrokerServiceStub):
     DescribePartitionHistory: _aio.UnaryUnaryMultiCallable[_controller_pb2.DescribePartitionHistoryRequest, _controller_pb2.DescribePartitionHistoryResponse]  # type: ignore[assignment]
     DescribeQuorum: _aio.UnaryUnaryMultiCallable[_raft_pb2.DescribeQuorumRequest, _raft_pb2.DescribeQuorumResponse]  # type: ignore[assignment]
     """The controller quorum, forwarded to the active controller (metadata-quorum describe)."""
+    CreateAcls: _aio.UnaryUnaryMultiCallable[_controller_pb2.CreateAclsRequest, _controller_pb2.CreateAclsResponse]  # type: ignore[assignment]
+    """ACLs, forwarded to the active controller."""
+    DeleteAcls: _aio.UnaryUnaryMultiCallable[_controller_pb2.DeleteAclsRequest, _controller_pb2.DeleteAclsResponse]  # type: ignore[assignment]
+    DescribeAcls: _aio.UnaryUnaryMultiCallable[_controller_pb2.DescribeAclsRequest, _controller_pb2.DescribeAclsResponse]  # type: ignore[assignment]
 
 class BrokerServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -165,6 +173,28 @@ class BrokerServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_raft_pb2.DescribeQuorumResponse, _abc.Awaitable[_raft_pb2.DescribeQuorumResponse]]:
         """The controller quorum, forwarded to the active controller (metadata-quorum describe)."""
+
+    @_abc_1.abstractmethod
+    def CreateAcls(
+        self,
+        request: _controller_pb2.CreateAclsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_controller_pb2.CreateAclsResponse, _abc.Awaitable[_controller_pb2.CreateAclsResponse]]:
+        """ACLs, forwarded to the active controller."""
+
+    @_abc_1.abstractmethod
+    def DeleteAcls(
+        self,
+        request: _controller_pb2.DeleteAclsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_controller_pb2.DeleteAclsResponse, _abc.Awaitable[_controller_pb2.DeleteAclsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def DescribeAcls(
+        self,
+        request: _controller_pb2.DescribeAclsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_controller_pb2.DescribeAclsResponse, _abc.Awaitable[_controller_pb2.DescribeAclsResponse]]: ...
 
 def add_BrokerServiceServicer_to_server(servicer: BrokerServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 

@@ -332,3 +332,80 @@ class TopicMetadata(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___TopicMetadata: _TypeAlias = TopicMetadata  # noqa: Y015
+
+@_typing.final
+class AclBinding(_message.Message):
+    """One ACL (Kafka's AclBinding, every host). Enums travel by name: resource_type TOPIC,
+    GROUP or CLUSTER; pattern_type LITERAL or PREFIXED; operation ALL, READ, WRITE, CREATE,
+    DELETE, ALTER, DESCRIBE or CLUSTER_ACTION; permission ALLOW or DENY (minikafka.acl).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PRINCIPAL_FIELD_NUMBER: _builtins.int
+    RESOURCE_TYPE_FIELD_NUMBER: _builtins.int
+    RESOURCE_NAME_FIELD_NUMBER: _builtins.int
+    PATTERN_TYPE_FIELD_NUMBER: _builtins.int
+    OPERATION_FIELD_NUMBER: _builtins.int
+    PERMISSION_FIELD_NUMBER: _builtins.int
+    principal: _builtins.str
+    """User:NAME, or User:* for everyone"""
+    resource_type: _builtins.str
+    resource_name: _builtins.str
+    """LITERAL "*": every resource of the type"""
+    pattern_type: _builtins.str
+    operation: _builtins.str
+    permission: _builtins.str
+    def __init__(
+        self,
+        *,
+        principal: _builtins.str = ...,
+        resource_type: _builtins.str = ...,
+        resource_name: _builtins.str = ...,
+        pattern_type: _builtins.str = ...,
+        operation: _builtins.str = ...,
+        permission: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["operation", b"operation", "pattern_type", b"pattern_type", "permission", b"permission", "principal", b"principal", "resource_name", b"resource_name", "resource_type", b"resource_type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AclBinding: _TypeAlias = AclBinding  # noqa: Y015
+
+@_typing.final
+class AclFilter(_message.Message):
+    """Which ACLs a delete or describe means: an empty field matches anything."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PRINCIPAL_FIELD_NUMBER: _builtins.int
+    RESOURCE_TYPE_FIELD_NUMBER: _builtins.int
+    RESOURCE_NAME_FIELD_NUMBER: _builtins.int
+    PATTERN_TYPE_FIELD_NUMBER: _builtins.int
+    OPERATION_FIELD_NUMBER: _builtins.int
+    PERMISSION_FIELD_NUMBER: _builtins.int
+    principal: _builtins.str
+    resource_type: _builtins.str
+    resource_name: _builtins.str
+    pattern_type: _builtins.str
+    operation: _builtins.str
+    permission: _builtins.str
+    def __init__(
+        self,
+        *,
+        principal: _builtins.str = ...,
+        resource_type: _builtins.str = ...,
+        resource_name: _builtins.str = ...,
+        pattern_type: _builtins.str = ...,
+        operation: _builtins.str = ...,
+        permission: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["operation", b"operation", "pattern_type", b"pattern_type", "permission", b"permission", "principal", b"principal", "resource_name", b"resource_name", "resource_type", b"resource_type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AclFilter: _TypeAlias = AclFilter  # noqa: Y015

@@ -1070,3 +1070,140 @@ class DescribePartitionHistoryResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DescribePartitionHistoryResponse: _TypeAlias = DescribePartitionHistoryResponse  # noqa: Y015
+
+@_typing.final
+class CreateAclsRequest(_message.Message):
+    """---- ACLs (kafka-acls) -----------------------------------------------------"""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ACLS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def acls(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.AclBinding]: ...
+    def __init__(
+        self,
+        *,
+        acls: _abc.Iterable[_common_pb2.AclBinding] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acls", b"acls"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateAclsRequest: _TypeAlias = CreateAclsRequest  # noqa: Y015
+
+@_typing.final
+class CreateAclsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    error_code: _builtins.int
+    """an ErrorCode value; nothing is created on an error"""
+    error_message: _builtins.str
+    def __init__(
+        self,
+        *,
+        error_code: _builtins.int = ...,
+        error_message: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateAclsResponse: _TypeAlias = CreateAclsResponse  # noqa: Y015
+
+@_typing.final
+class DeleteAclsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FILTERS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def filters(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.AclFilter]: ...
+    def __init__(
+        self,
+        *,
+        filters: _abc.Iterable[_common_pb2.AclFilter] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["filters", b"filters"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteAclsRequest: _TypeAlias = DeleteAclsRequest  # noqa: Y015
+
+@_typing.final
+class DeleteAclsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    DELETED_FIELD_NUMBER: _builtins.int
+    error_code: _builtins.int
+    error_message: _builtins.str
+    @_builtins.property
+    def deleted(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.AclBinding]: ...
+    def __init__(
+        self,
+        *,
+        error_code: _builtins.int = ...,
+        error_message: _builtins.str = ...,
+        deleted: _abc.Iterable[_common_pb2.AclBinding] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deleted", b"deleted", "error_code", b"error_code", "error_message", b"error_message"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteAclsResponse: _TypeAlias = DeleteAclsResponse  # noqa: Y015
+
+@_typing.final
+class DescribeAclsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FILTER_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def filter(self) -> _common_pb2.AclFilter: ...
+    def __init__(
+        self,
+        *,
+        filter: _common_pb2.AclFilter | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["filter", b"filter"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["filter", b"filter"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribeAclsRequest: _TypeAlias = DescribeAclsRequest  # noqa: Y015
+
+@_typing.final
+class DescribeAclsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    ACLS_FIELD_NUMBER: _builtins.int
+    error_code: _builtins.int
+    error_message: _builtins.str
+    @_builtins.property
+    def acls(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.AclBinding]: ...
+    def __init__(
+        self,
+        *,
+        error_code: _builtins.int = ...,
+        error_message: _builtins.str = ...,
+        acls: _abc.Iterable[_common_pb2.AclBinding] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acls", b"acls", "error_code", b"error_code", "error_message", b"error_message"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribeAclsResponse: _TypeAlias = DescribeAclsResponse  # noqa: Y015

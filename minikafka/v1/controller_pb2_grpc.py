@@ -105,6 +105,21 @@ class ControllerServiceStub:
                 request_serializer=minikafka_dot_v1_dot_raft__pb2.DescribeQuorumRequest.SerializeToString,
                 response_deserializer=minikafka_dot_v1_dot_raft__pb2.DescribeQuorumResponse.FromString,
                 _registered_method=True)
+        self.CreateAcls = channel.unary_unary(
+                '/minikafka.v1.ControllerService/CreateAcls',
+                request_serializer=minikafka_dot_v1_dot_controller__pb2.CreateAclsRequest.SerializeToString,
+                response_deserializer=minikafka_dot_v1_dot_controller__pb2.CreateAclsResponse.FromString,
+                _registered_method=True)
+        self.DeleteAcls = channel.unary_unary(
+                '/minikafka.v1.ControllerService/DeleteAcls',
+                request_serializer=minikafka_dot_v1_dot_controller__pb2.DeleteAclsRequest.SerializeToString,
+                response_deserializer=minikafka_dot_v1_dot_controller__pb2.DeleteAclsResponse.FromString,
+                _registered_method=True)
+        self.DescribeAcls = channel.unary_unary(
+                '/minikafka.v1.ControllerService/DescribeAcls',
+                request_serializer=minikafka_dot_v1_dot_controller__pb2.DescribeAclsRequest.SerializeToString,
+                response_deserializer=minikafka_dot_v1_dot_controller__pb2.DescribeAclsResponse.FromString,
+                _registered_method=True)
 
 
 class ControllerServiceServicer:
@@ -204,6 +219,25 @@ class ControllerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateAcls(self, request, context):
+        """ACLs, kept in the metadata log (kafka-acls --add / --remove / --list).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteAcls(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeAcls(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ControllerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -276,6 +310,21 @@ def add_ControllerServiceServicer_to_server(servicer, server):
                     servicer.DescribeQuorum,
                     request_deserializer=minikafka_dot_v1_dot_raft__pb2.DescribeQuorumRequest.FromString,
                     response_serializer=minikafka_dot_v1_dot_raft__pb2.DescribeQuorumResponse.SerializeToString,
+            ),
+            'CreateAcls': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateAcls,
+                    request_deserializer=minikafka_dot_v1_dot_controller__pb2.CreateAclsRequest.FromString,
+                    response_serializer=minikafka_dot_v1_dot_controller__pb2.CreateAclsResponse.SerializeToString,
+            ),
+            'DeleteAcls': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteAcls,
+                    request_deserializer=minikafka_dot_v1_dot_controller__pb2.DeleteAclsRequest.FromString,
+                    response_serializer=minikafka_dot_v1_dot_controller__pb2.DeleteAclsResponse.SerializeToString,
+            ),
+            'DescribeAcls': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeAcls,
+                    request_deserializer=minikafka_dot_v1_dot_controller__pb2.DescribeAclsRequest.FromString,
+                    response_serializer=minikafka_dot_v1_dot_controller__pb2.DescribeAclsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -656,6 +705,87 @@ class ControllerService:
             '/minikafka.v1.ControllerService/DescribeQuorum',
             minikafka_dot_v1_dot_raft__pb2.DescribeQuorumRequest.SerializeToString,
             minikafka_dot_v1_dot_raft__pb2.DescribeQuorumResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateAcls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/minikafka.v1.ControllerService/CreateAcls',
+            minikafka_dot_v1_dot_controller__pb2.CreateAclsRequest.SerializeToString,
+            minikafka_dot_v1_dot_controller__pb2.CreateAclsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteAcls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/minikafka.v1.ControllerService/DeleteAcls',
+            minikafka_dot_v1_dot_controller__pb2.DeleteAclsRequest.SerializeToString,
+            minikafka_dot_v1_dot_controller__pb2.DeleteAclsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeAcls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/minikafka.v1.ControllerService/DescribeAcls',
+            minikafka_dot_v1_dot_controller__pb2.DescribeAclsRequest.SerializeToString,
+            minikafka_dot_v1_dot_controller__pb2.DescribeAclsResponse.FromString,
             options,
             channel_credentials,
             insecure,

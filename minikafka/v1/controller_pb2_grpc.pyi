@@ -61,6 +61,10 @@ class ControllerServiceStub:
     not the active one answers NOT_CONTROLLER: callers find the active controller with
     this call (active, leader_id, leader_address) and retry there.
     """
+    CreateAcls: _grpc.UnaryUnaryMultiCallable[_controller_pb2.CreateAclsRequest, _controller_pb2.CreateAclsResponse]
+    """ACLs, kept in the metadata log (kafka-acls --add / --remove / --list)."""
+    DeleteAcls: _grpc.UnaryUnaryMultiCallable[_controller_pb2.DeleteAclsRequest, _controller_pb2.DeleteAclsResponse]
+    DescribeAcls: _grpc.UnaryUnaryMultiCallable[_controller_pb2.DescribeAclsRequest, _controller_pb2.DescribeAclsResponse]
 
 @_typing.type_check_only
 class ControllerServiceAsyncStub(ControllerServiceStub):
@@ -92,6 +96,10 @@ class ControllerServiceAsyncStub(ControllerServiceStub):
     not the active one answers NOT_CONTROLLER: callers find the active controller with
     this call (active, leader_id, leader_address) and retry there.
     """
+    CreateAcls: _aio.UnaryUnaryMultiCallable[_controller_pb2.CreateAclsRequest, _controller_pb2.CreateAclsResponse]  # type: ignore[assignment]
+    """ACLs, kept in the metadata log (kafka-acls --add / --remove / --list)."""
+    DeleteAcls: _aio.UnaryUnaryMultiCallable[_controller_pb2.DeleteAclsRequest, _controller_pb2.DeleteAclsResponse]  # type: ignore[assignment]
+    DescribeAcls: _aio.UnaryUnaryMultiCallable[_controller_pb2.DescribeAclsRequest, _controller_pb2.DescribeAclsResponse]  # type: ignore[assignment]
 
 class ControllerServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -204,5 +212,27 @@ class ControllerServiceServicer(metaclass=_abc_1.ABCMeta):
         not the active one answers NOT_CONTROLLER: callers find the active controller with
         this call (active, leader_id, leader_address) and retry there.
         """
+
+    @_abc_1.abstractmethod
+    def CreateAcls(
+        self,
+        request: _controller_pb2.CreateAclsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_controller_pb2.CreateAclsResponse, _abc.Awaitable[_controller_pb2.CreateAclsResponse]]:
+        """ACLs, kept in the metadata log (kafka-acls --add / --remove / --list)."""
+
+    @_abc_1.abstractmethod
+    def DeleteAcls(
+        self,
+        request: _controller_pb2.DeleteAclsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_controller_pb2.DeleteAclsResponse, _abc.Awaitable[_controller_pb2.DeleteAclsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def DescribeAcls(
+        self,
+        request: _controller_pb2.DescribeAclsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_controller_pb2.DescribeAclsResponse, _abc.Awaitable[_controller_pb2.DescribeAclsResponse]]: ...
 
 def add_ControllerServiceServicer_to_server(servicer: ControllerServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
