@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from typing import Any
 
 import click
 
@@ -35,10 +34,10 @@ from minikafka.acl import (
 from minikafka_cli.common import (
     CONTEXT_SETTINGS,
     bootstrap_option,
+    client_security,
     config_file_only_option,
     error_text,
     fail,
-    opt,
 )
 
 #: kafka-acls.sh's operation spellings (any case; ClusterAction or CLUSTER_ACTION).
@@ -61,17 +60,6 @@ def _resources(
     if cluster:
         resources.append((ResourceType.CLUSTER, CLUSTER_NAME))
     return resources
-
-
-def _client_config(cafile: str | None, certfile: str | None, keyfile: str | None) -> dict[str, Any]:
-    if cafile is None and certfile is None and keyfile is None:
-        return {}
-    return {
-        "security_protocol": "SSL",
-        "ssl_cafile": cafile,
-        "ssl_certfile": certfile,
-        "ssl_keyfile": keyfile,
-    }
 
 
 def format_acls(bindings: Sequence[AclBinding]) -> str:
@@ -123,9 +111,6 @@ def format_acls(bindings: Sequence[AclBinding]) -> str:
     default=None,
     help="literal (the default for --add) or prefixed; --remove/--list: also any (default).",
 )
-@opt("--ssl-cafile", type=click.Path(dir_okay=False), help="CA to verify brokers with (TLS).")
-@opt("--ssl-certfile", type=click.Path(dir_okay=False), help="Client certificate (mutual TLS).")
-@opt("--ssl-keyfile", type=click.Path(dir_okay=False), help="Key of --ssl-certfile.")
 def acls(
     bootstrap_server: str,
     action: str | None,
@@ -137,9 +122,6 @@ def acls(
     groups: tuple[str, ...],
     cluster: bool,
     resource_pattern_type: str | None,
-    ssl_cafile: str | None,
-    ssl_certfile: str | None,
-    ssl_keyfile: str | None,
 ) -> None:
     """Add, remove or list ACLs (kafka-acls.sh)."""
     from client import Admin
@@ -163,9 +145,8 @@ def acls(
                 "--add needs --allow-principal or --deny-principal, --operation and a "
                 "resource (--topic, --group or --cluster)"
             )
-    config = _client_config(ssl_cafile, ssl_certfile, ssl_keyfile)
     try:
-        with Admin(bootstrap_servers=bootstrap_server, **config) as admin:
+        with Admin(bootstrap_servers=bootstrap_server, **client_security()) as admin:
             if action == "add":
                 bindings = [
                     check_binding(

@@ -10,6 +10,7 @@ from minikafka.errors import ErrorCode, code_name
 from minikafka_cli.common import (
     CONTEXT_SETTINGS,
     bootstrap_option,
+    client_security,
     config_file_option,
     describe_topics,
     fail,
@@ -48,7 +49,7 @@ def leader_election(
     if all_topic_partitions == (topic_name is not None):
         raise click.UsageError("give either --topic T [--partition P] or --all-topic-partitions")
     kind = election_type.lower()
-    with Admin(bootstrap_servers=bootstrap_server) as admin:
+    with Admin(bootstrap_servers=bootstrap_server, **client_security()) as admin:
         partitions: list[TopicPartition] | None = None
         if topic_name is not None:
             if partition is not None:
@@ -96,7 +97,7 @@ def cluster_status(bootstrap_server: str, as_json: bool) -> None:
     """Show brokers, the controller and partition health."""
     from client import Admin
 
-    with Admin(bootstrap_servers=bootstrap_server) as admin:
+    with Admin(bootstrap_servers=bootstrap_server, **client_security()) as admin:
         info = admin.describe_cluster()
     if as_json:
         click.echo(json.dumps(info.to_dict(), indent=2, sort_keys=True))

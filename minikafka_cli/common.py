@@ -263,7 +263,41 @@ def _check_bootstrap(ctx: click.Context, param: click.Parameter, value: str | No
         raise click.BadParameter(str(exc), ctx=ctx, param=param) from exc
 
 
+_TLS_META = "minikafka.client_tls"
+
+
+def _keep_tls_setting(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    if value is not None and param.name is not None:
+        ctx.meta.setdefault(_TLS_META, {})[param.name] = value
+
+
+def client_security() -> dict[str, Any]:
+    """The client settings of the command's `--ssl-cafile/--ssl-certfile/--ssl-keyfile`
+    (kafka-python's names): `security_protocol="SSL"` when any is given, {} otherwise."""
+    given: dict[str, str] = click.get_current_context().meta.get(_TLS_META, {})
+    if not given:
+        return {}
+    return {"security_protocol": "SSL", **given}
+
+
 def bootstrap_option(func: F) -> F:
+    """`--bootstrap-server`, and the TLS files a client of a TLS cluster needs (read back
+    with `client_security()`)."""
+    for flag, text in reversed(
+        [
+            ("--ssl-cafile", "CA certificate to verify the brokers with (turns TLS on)."),
+            ("--ssl-certfile", "Client certificate, for a broker's mutual-TLS listener."),
+            ("--ssl-keyfile", "Private key of --ssl-certfile."),
+        ]
+    ):
+        func = opt(
+            flag,
+            metavar="FILE",
+            type=click.Path(dir_okay=False),
+            expose_value=False,
+            callback=_keep_tls_setting,
+            help=text,
+        )(func)
     return opt(
         "--bootstrap-server",
         "bootstrap_server",

@@ -8,6 +8,12 @@ With more than one controller they are voters `1..N` of one quorum (`--quorum`),
 `controller-1..N/`; the cluster id they format with is kept in `<data dir>/cluster-id`, so
 a restart over the same directory finds the same cluster. One controller runs alone as
 controller 0 in `controller/` (the layout before the quorum).
+
+With `tls=True` (`minikafka dev --tls`) every listener is TLS (mutual TLS: clients need a
+certificate too). `<data dir>/certs/` holds a development CA, one certificate per process
+(`controller-N`, `broker-N`; SANs localhost and 127.0.0.1) and `client.crt` / `client.key`
+for clients; they are made once (openssl) and reused. Principals are the certificates'
+common names (`User:broker-1`, `User:client`).
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from minikafka.v1 import broker_pb2_grpc, controller_pb2
+from minikafka_cli.dev_certs import CertPaths, make_ca, make_certificate
 
 CLUSTER_ID_FILE = "cluster-id"
 
@@ -57,16 +64,28 @@ class StartupInterrupted(Exception):
     """Ctrl-C (or SIGTERM) arrived while the cluster was still starting."""
 
 
+#: Principal mapping of the development cluster: the certificate's common name.
+DEV_PRINCIPAL_RULES = "RULE:^CN=(.*?)(,.*)?$/$1/"
+CERTS_DIR = "certs"
+
+
+def _channel(address: str, credentials: grpc.ChannelCredentials | None) -> grpc.Channel:
+    if credentials is None:
+        return grpc.insecure_channel(address)
+    return grpc.secure_channel(address, credentials)
+
+
 def wait_serving(
     address: str,
     proc: subprocess.Popen[bytes],
     timeout_s: float,
     stop: threading.Event | None = None,
+    credentials: grpc.ChannelCredentials | None = None,
 ) -> None:
     """Block until the health service at `address` answers SERVING (or the child dies,
-    or `stop` is set)."""
+    or `stop` is set); over TLS with `credentials`."""
     deadline = time.monotonic() + timeout_s
-    with grpc.insecure_channel(address) as channel:
+    with _channel(address, credentials) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         while time.monotonic() < deadline:
             if stop is not None and stop.is_set():
@@ -96,8 +115,11 @@ class DevCluster:
         log_level: str,
         controllers: int = 1,
         stop: threading.Event | None = None,
+        tls: bool = False,
     ) -> None:
         self.data_dir = data_dir
+        self.tls = tls
+        self._credentials: grpc.ChannelCredentials | None = None
         self.log_level = log_level
         #: Set by Ctrl-C / SIGTERM; the start-up waits give up when it is.
         self.stop_requested = stop if stop is not None else threading.Event()
@@ -156,7 +178,58 @@ class DevCluster:
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.broker_ports[0]}"
 
+    @property
+    def certs_dir(self) -> Path:
+        return self.data_dir / CERTS_DIR
+
+    def _certificate(self, name: str) -> CertPaths:
+        """`certs/NAME.crt` / `.key`, made (signed by the dev CA) if missing."""
+        directory = self.certs_dir
+        ca = CertPaths(cert=directory / "ca.crt", key=directory / "ca.key")
+        if not ca.cert.exists():
+            ca = make_ca(directory)
+        paths = CertPaths(cert=directory / f"{name}.crt", key=directory / f"{name}.key")
+        if paths.cert.exists() and paths.key.exists():
+            return paths
+        return make_certificate(ca, directory, name, common_name=name)
+
+    def client_files(self) -> dict[str, str]:
+        """The client settings (kafka-python's names) of a TLS dev cluster."""
+        client = self._certificate("client")
+        return {
+            "security_protocol": "SSL",
+            "ssl_cafile": str(self.certs_dir / "ca.crt"),
+            "ssl_certfile": str(client.cert),
+            "ssl_keyfile": str(client.key),
+        }
+
+    def _tls_args(self, name: str) -> list[str]:
+        if not self.tls:
+            return []
+        paths = self._certificate(name)
+        return [
+            "--tls-cert",
+            str(paths.cert),
+            "--tls-key",
+            str(paths.key),
+            "--tls-ca",
+            str(self.certs_dir / "ca.crt"),
+            "--ssl-principal-mapping-rules",
+            DEV_PRINCIPAL_RULES,
+        ]
+
+    def _prepare_tls(self) -> None:
+        if not self.tls:
+            return
+        files = self.client_files()
+        self._credentials = grpc.ssl_channel_credentials(
+            Path(files["ssl_cafile"]).read_bytes(),
+            Path(files["ssl_keyfile"]).read_bytes(),
+            Path(files["ssl_certfile"]).read_bytes(),
+        )
+
     def _spawn(self, name: str, address: str, args: list[str]) -> subprocess.Popen[bytes]:
+        args = [*args, *self._tls_args(name)]
         log_path = self.data_dir / f"{name}.log"
         with open(log_path, "ab") as log:
             proc = subprocess.Popen(
@@ -173,6 +246,7 @@ class DevCluster:
     def start(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._check_layout()
+        self._prepare_tls()
         quorum: list[str] = []
         if len(self.controller_ports) > 1:
             quorum = ["--quorum", self.quorum, "--cluster-id", self.cluster_id()]
@@ -234,13 +308,13 @@ class DevCluster:
 
     def _wait_serving(self, name: str, address: str, proc: subprocess.Popen[bytes]) -> None:
         try:
-            wait_serving(address, proc, STARTUP_TIMEOUT_S, self.stop_requested)
+            wait_serving(address, proc, STARTUP_TIMEOUT_S, self.stop_requested, self._credentials)
         except RuntimeError as exc:
             raise RuntimeError(f"{name}: {exc}; see {self.data_dir / (name + '.log')}") from exc
 
     def _wait_brokers_active(self, expected: int) -> None:
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        with grpc.insecure_channel(self.bootstrap) as channel:
+        with _channel(self.bootstrap, self._credentials) as channel:
             stub = broker_pb2_grpc.BrokerServiceStub(channel)
             while time.monotonic() < deadline:
                 if self.stop_requested.is_set():
@@ -287,7 +361,13 @@ class DevCluster:
 
 
 def run_dev_cluster(
-    *, brokers: int, data_dir: Path, base_port: int, log_level: str, controllers: int = 3
+    *,
+    brokers: int,
+    data_dir: Path,
+    base_port: int,
+    log_level: str,
+    controllers: int = 3,
+    tls: bool = False,
 ) -> None:
     """Start the cluster, print where it is, and run until Ctrl-C or SIGTERM (also during
     start-up), then stop every child. Raises RuntimeError when a child fails."""
@@ -299,6 +379,7 @@ def run_dev_cluster(
         base_port=base_port,
         log_level=log_level,
         stop=stop,
+        tls=tls,
     )
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -318,9 +399,18 @@ def run_dev_cluster(
             return
         print(cluster.status_table())
         print(f"\nbootstrap server: {cluster.bootstrap}")
+        tls_flags = ""
+        if tls:
+            files = cluster.client_files()
+            tls_flags = (
+                f" --ssl-cafile {files['ssl_cafile']} --ssl-certfile {files['ssl_certfile']}"
+                f" --ssl-keyfile {files['ssl_keyfile']}"
+            )
+            settings = ", ".join(f"{key}={value!r}" for key, value in files.items())
+            print(f"TLS (mutual): clients pass {settings}")
         print(
             f"try: minikafka topic create demo --partitions 3 --replication-factor "
-            f"{min(3, brokers)} --bootstrap-server {cluster.bootstrap}"
+            f"{min(3, brokers)} --bootstrap-server {cluster.bootstrap}{tls_flags}"
         )
         print("Ctrl-C stops the cluster.", flush=True)
         while not stop.wait(0.5):

@@ -9,6 +9,7 @@ import click
 from minikafka_cli.common import (
     CONTEXT_SETTINGS,
     bootstrap_option,
+    client_security,
     config_file_option,
     describe_topics,
     fail,
@@ -82,7 +83,7 @@ def get_offsets(
     wanted_ids = parse_partitions(partition_list)
     if wanted_ids is not None and topic_name is None:
         raise click.UsageError("--partitions needs --topic")
-    with Admin(bootstrap_servers=bootstrap_server) as admin:
+    with Admin(bootstrap_servers=bootstrap_server, **client_security()) as admin:
         topics = (
             describe_topics(admin, [topic_name])
             if topic_name is not None

@@ -12,6 +12,7 @@ from minikafka.errors import MiniKafkaError
 from minikafka_cli.common import (
     CONTEXT_SETTINGS,
     bootstrap_option,
+    client_security,
     config_file_option,
     describe_topics,
     error_text,
@@ -127,6 +128,7 @@ def produce(
         delivery_timeout_ms=delivery_timeout_ms,
         # The client wants delivery >= linger + request timeout (as Kafka's does).
         request_timeout_ms=min(REQUEST_TIMEOUT_MS, delivery_timeout_ms - linger_ms),
+        **client_security(),
     )
     futures = []
     try:
@@ -258,8 +260,9 @@ def consume(
         # reset position (a seek_to_beginning() right after assign() can lose the race
         # with that reset).
         auto_offset_reset="earliest" if from_beginning or start == "earliest" else "latest",
+        **client_security(),
     ) as consumer:
-        with Admin(bootstrap_servers=bootstrap_server) as admin:
+        with Admin(bootstrap_servers=bootstrap_server, **client_security()) as admin:
             (described,) = describe_topics(admin, [name])
         partitions = sorted(p.partition for p in described.partitions)
         if partition is not None and partition not in partitions:

@@ -553,9 +553,18 @@ def controller(
     help="Brokers listen on base-port, base-port+1, ...; the controllers on base-port+100,"
     " +101, ... 0 picks free ports.",
 )
+@opt(
+    "--tls",
+    is_flag=True,
+    help="Mutual TLS everywhere: makes a development CA and certificates under "
+    "DATA_DIR/certs (openssl), including client.crt/client.key for clients.",
+)
 @opt("--log-level", type=LOG_LEVELS, default="INFO", show_default=True)
-def dev(brokers: int, controllers: int, data_dir: str, base_port: int, log_level: str) -> None:
+def dev(
+    brokers: int, controllers: int, data_dir: str, base_port: int, tls: bool, log_level: str
+) -> None:
     """Run a controller quorum and N brokers as child processes on 127.0.0.1 until Ctrl-C."""
+    from minikafka_cli.dev_certs import CertificateError
     from minikafka_cli.devcluster import run_dev_cluster
 
     try:
@@ -565,8 +574,9 @@ def dev(brokers: int, controllers: int, data_dir: str, base_port: int, log_level
             data_dir=Path(data_dir),
             base_port=base_port,
             log_level=log_level,
+            tls=tls,
         )
-    except RuntimeError as exc:
+    except (RuntimeError, CertificateError) as exc:
         fail(str(exc))
 
 

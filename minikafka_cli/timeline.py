@@ -16,7 +16,13 @@ from pathlib import Path
 import click
 import msgspec
 
-from minikafka_cli.common import CONTEXT_SETTINGS, bootstrap_option, config_file_option, fail
+from minikafka_cli.common import (
+    CONTEXT_SETTINGS,
+    bootstrap_option,
+    client_security,
+    config_file_option,
+    fail,
+)
 from minikafka_cli.timeline_model import Row, Timeline, build_timeline, log_rows
 from minikafka_cli.timeline_render import matplotlib_missing, render_html, render_text, write_png
 
@@ -111,7 +117,7 @@ def timeline(
         problem = matplotlib_missing()
         if problem is not None:
             fail(problem)
-    with Admin(bootstrap_servers=bootstrap_server) as admin:
+    with Admin(bootstrap_servers=bootstrap_server, **client_security()) as admin:
         history = admin.describe_partition_history(topic_name, partition)
     extra = read_log_rows(list(log_files), topic_name, partition)
     built = build_timeline(history, extra, now_ms=time.time_ns() // 1_000_000)

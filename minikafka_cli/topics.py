@@ -11,6 +11,7 @@ from minikafka_cli.common import (
     CONTEXT_SETTINGS,
     F,
     bootstrap_option,
+    client_security,
     config_file_only_option,
     config_file_option,
     error_text,
@@ -71,7 +72,7 @@ def topic_create(
 
     topic_name = one_topic(name, topic_option)
     config_map = key_values(configs, "--config")
-    with Admin(bootstrap_servers=bootstrap_server) as admin:
+    with Admin(bootstrap_servers=bootstrap_server, **client_security()) as admin:
         try:
             admin.create_topics(
                 [NewTopic(topic_name, partitions, replication_factor, configs=config_map)]
@@ -172,7 +173,7 @@ def topic_describe(
     if len(chosen) > 1:
         raise click.UsageError("choose at most one of the partition filters")
     wanted = list(dict.fromkeys([*names, *([topic_option] if topic_option is not None else [])]))
-    with Admin(bootstrap_servers=bootstrap_server) as admin:
+    with Admin(bootstrap_servers=bootstrap_server, **client_security()) as admin:
         # The controller's view: ISR and eligible leader replicas as it committed them.
         cluster = admin.describe_cluster(wanted)
         topics = _known_topics(cluster.topics, wanted)
@@ -233,7 +234,7 @@ def topic_list(bootstrap_server: str) -> None:
     """List topic names."""
     from client import Admin
 
-    with Admin(bootstrap_servers=bootstrap_server) as admin:
+    with Admin(bootstrap_servers=bootstrap_server, **client_security()) as admin:
         names = sorted(admin.list_topics())
     for name in names:
         click.echo(name)
@@ -257,7 +258,7 @@ def topic_delete(
     from client.errors import UnknownTopicOrPartitionError
 
     topic_name = one_topic(name, topic_option)
-    with Admin(bootstrap_servers=bootstrap_server) as admin:
+    with Admin(bootstrap_servers=bootstrap_server, **client_security()) as admin:
         try:
             admin.delete_topics([topic_name])
         except UnknownTopicOrPartitionError as exc:
@@ -290,7 +291,7 @@ def topic_alter(
     from client import Admin
 
     topic_name = one_topic(name, topic_option)
-    with Admin(bootstrap_servers=bootstrap_server) as admin:
+    with Admin(bootstrap_servers=bootstrap_server, **client_security()) as admin:
         admin.create_partitions({topic_name: partitions})
     click.echo(
         "WARNING: If partitions are increased for a topic that has a key, the partition logic "
@@ -321,6 +322,6 @@ def topic_alter_config(
     if not set_pairs and not delete_keys:
         raise click.UsageError("nothing to change: give --set KEY=VALUE and/or --delete KEY")
     updates = key_values(set_pairs, "--set")
-    with Admin(bootstrap_servers=bootstrap_server) as admin:
+    with Admin(bootstrap_servers=bootstrap_server, **client_security()) as admin:
         admin.alter_configs(topic_name, updates, delete=list(delete_keys))
     click.echo(f"Updated configs of topic {topic_name}.")
