@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import re
 from collections.abc import Callable, Collection, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -487,11 +488,15 @@ def from_response(code: int, message: str = "", *, context: str = "") -> BrokerR
     return cls(text, code=wire_code)
 
 
+_AUTHORIZATION_CODE = re.compile(r"\b[A-Z]+_AUTHORIZATION_FAILED\b")
+
+
 def authorization_error(details: str, *, context: str) -> BrokerResponseError:
-    """The error of a call the broker refused with PERMISSION_DENIED: its message starts
-    with the Kafka code name (`TOPIC_AUTHORIZATION_FAILED: ...`, see
-    `minikafka.authorization`); CLUSTER_AUTHORIZATION_FAILED when it does not."""
-    name = details.partition(":")[0].strip()
+    """The error of a call the broker refused with PERMISSION_DENIED: its message names
+    the Kafka code (`TOPIC_AUTHORIZATION_FAILED: ...`, see `minikafka.authorization`);
+    CLUSTER_AUTHORIZATION_FAILED when it names none."""
+    named = _AUTHORIZATION_CODE.search(details)
+    name = named.group(0) if named is not None else ""
     code = (
         ErrorCode[name] if name in ErrorCode.__members__ else ErrorCode.CLUSTER_AUTHORIZATION_FAILED
     )

@@ -25,7 +25,12 @@ import grpc
 import grpc.aio
 
 from client.consumer_config import ConsumerConfig
-from client.errors import CorruptRecordError, LogTruncationError, MiniKafkaClientError
+from client.errors import (
+    CorruptRecordError,
+    LogTruncationError,
+    MiniKafkaClientError,
+    authorization_error,
+)
 from client.metadata import BrokerInfo
 from client.metrics import ConsumerMetrics
 from client.offset_lookup import OffsetLookup
@@ -291,12 +296,16 @@ class Fetcher:
             logger.info("fetch from broker %s abandoned: a partition got a new leader", broker_id)
             return
         except grpc.aio.AioRpcError as exc:
-            logger.info("fetch from broker %s failed: %s", broker_id, exc.code().name)
-            now = self.clock()
-            self.metrics.errors.record(1, now * 1000)
-            self._node_backoff[broker_id] = now + settings.retry_backoff_ms / 1000
-            self.request_metadata()
-            return
+            if exc.code() is not grpc.StatusCode.PERMISSION_DENIED:
+                logger.info("fetch from broker %s failed: %s", broker_id, exc.code().name)
+                now = self.clock()
+                self.metrics.errors.record(1, now * 1000)
+                self._node_backoff[broker_id] = now + settings.retry_backoff_ms / 1000
+                self.request_metadata()
+                return
+            # The authorizer refused the request (minikafka.authorization): every partition
+            # gets its code, so poll() raises it as any other non-retriable fetch error.
+            response = refused_fetch(request, exc.details() or "")
         now = self.clock()
         self.metrics.fetches.record(1, now * 1000)
         self.metrics.latency.record((now - started) * 1000, now * 1000)
@@ -407,3 +416,20 @@ class Fetcher:
             )
         state.seek(action.offset, action.epoch)
         self.wake()
+
+
+def refused_fetch(request: broker_pb2.FetchRequest, details: str) -> broker_pb2.FetchResponse:
+    """The answer to a Fetch the broker refused with PERMISSION_DENIED: each partition
+    with the authorization error its message names (TOPIC_AUTHORIZATION_FAILED)."""
+    code = authorization_error(details, context="fetch").code
+    return broker_pb2.FetchResponse(
+        partitions=[
+            broker_pb2.FetchPartitionResponse(
+                topic=part.topic,
+                partition=part.partition,
+                error_code=int(code),
+                error_message=details,
+            )
+            for part in request.partitions
+        ]
+    )

@@ -44,6 +44,7 @@ from client.errors import (
     KafkaConnectionError,
     KafkaTimeoutError,
     MiniKafkaClientError,
+    authorization_error,
     from_response,
 )
 from client.records import TopicPartition
@@ -126,6 +127,8 @@ class TransportFailure(enum.Enum):
     DEADLINE = "deadline"
     #: The call was refused before processing (INVALID_ARGUMENT, RESOURCE_EXHAUSTED...).
     REFUSED = "refused"
+    #: The authorizer refused the call before processing (PERMISSION_DENIED, ACLs).
+    DENIED = "denied"
     #: Any other gRPC failure: the server may have processed it.
     OTHER = "other"
     #: The answer had no entry for this partition.
@@ -228,6 +231,11 @@ def on_transport_failure(
         return retry_or_fail(batch, KafkaConnectionError(detail), now_ms, rules, closed=closed)
     if failure is TransportFailure.REFUSED:
         return Fail(error=IllegalStateError(detail), indefinite=batch.indefinite)
+    if failure is TransportFailure.DENIED:
+        return Fail(
+            error=authorization_error(detail, context=f"{batch.tp.topic}-{batch.tp.partition}"),
+            indefinite=batch.indefinite,
+        )
     # The request was sent: it may have been appended.
     batch = msgspec.structs.replace(batch, maybe_written=True, indefinite=True)
     if failure in (TransportFailure.OTHER, TransportFailure.NOT_ANSWERED):
@@ -308,6 +316,8 @@ def transport_failure(code: grpc.StatusCode) -> TransportFailure:
         return TransportFailure.DEADLINE
     if code in CONNECTION_CODES:
         return TransportFailure.CONNECTION
+    if code == grpc.StatusCode.PERMISSION_DENIED:
+        return TransportFailure.DENIED
     if code in REFUSED_BEFORE_PROCESSING:
         return TransportFailure.REFUSED
     return TransportFailure.OTHER

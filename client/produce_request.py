@@ -184,7 +184,11 @@ class RequestSender:
             self._warm.discard(broker_id)
             failure = transport_failure(exc.code())
             detail = f"Produce to broker {broker_id} failed: {exc.code().name}"
-            if failure in (TransportFailure.REFUSED, TransportFailure.OTHER):
+            if failure in (
+                TransportFailure.REFUSED,
+                TransportFailure.DENIED,
+                TransportFailure.OTHER,
+            ):
                 detail += f" {exc.details()}"
             for batch in batches:
                 self._transport_failed(batch, failure, detail)

@@ -23,7 +23,11 @@ import grpc
 import pytest
 
 from client import Admin, Consumer, NewTopic, Producer, TopicPartition
-from client.errors import ClusterAuthorizationFailedError, MiniKafkaClientError
+from client.errors import (
+    ClusterAuthorizationFailedError,
+    MiniKafkaClientError,
+    TopicAuthorizationFailedError,
+)
 from minikafka.acl import AclBinding, AclFilter, Operation, PatternType, Permission, ResourceType
 from minikafka.v1 import broker_pb2, broker_pb2_grpc, controller_pb2, controller_pb2_grpc
 from minikafka_cli.dev_certs import CertPaths, make_ca, make_certificate
@@ -184,7 +188,7 @@ def test_principal_without_write_cannot_produce(cluster: Cluster, certs: Certs) 
     _wait_enforced(cluster, certs, "alice", True)
     _produce(cluster, certs, "alice", 3)
     before = _end(cluster, certs)
-    with pytest.raises(MiniKafkaClientError, match="TOPIC_AUTHORIZATION_FAILED"):
+    with pytest.raises(TopicAuthorizationFailedError):
         _produce(cluster, certs, "bob", 1)
     assert _end(cluster, certs) == before
     # bob may READ: he sees alice's records, and only hers.
@@ -202,6 +206,19 @@ def test_principal_without_write_cannot_produce(cluster: Cluster, certs: Certs) 
     assert values
     assert all(value.startswith(b"alice-") for value in values)
     assert len(values) == before[0]
+    # alice may WRITE (and so DESCRIBE) but not READ: her consumer's poll raises.
+    reader = Consumer(
+        TOPIC,
+        bootstrap_servers=cluster.bootstrap,
+        auto_offset_reset="earliest",
+        consumer_timeout_ms=10_000,
+        **certs.client("alice"),
+    )
+    try:
+        with pytest.raises(TopicAuthorizationFailedError):
+            reader.poll(timeout_ms=10_000)
+    finally:
+        reader.close()
 
 
 def test_deny_overrides_allow(cluster: Cluster, certs: Certs) -> None:
@@ -225,7 +242,7 @@ def test_deny_overrides_allow(cluster: Cluster, certs: Certs) -> None:
         admin.close()
     _wait_enforced(cluster, certs, "carol", False)
     before = _end(cluster, certs)
-    with pytest.raises(MiniKafkaClientError, match="TOPIC_AUTHORIZATION_FAILED"):
+    with pytest.raises(TopicAuthorizationFailedError):
         _produce(cluster, certs, "carol", 1)
     assert _end(cluster, certs) == before
 
