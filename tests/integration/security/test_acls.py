@@ -31,6 +31,7 @@ from client.errors import (
 from minikafka.acl import AclBinding, AclFilter, Operation, PatternType, Permission, ResourceType
 from minikafka.v1 import broker_pb2, broker_pb2_grpc, controller_pb2, controller_pb2_grpc
 from minikafka_cli.dev_certs import CertPaths, make_ca, make_certificate
+from tests.integration.test_cli import mk
 from tests.support.cluster import Cluster, wait_until
 from tests.support.processes import server_channel
 
@@ -320,3 +321,88 @@ def _describe_or_none(admin: Admin) -> list[AclBinding] | None:
         return admin.describe_acls()
     except MiniKafkaClientError:
         return None  # NOT_CONTROLLER while the restarted controller catches up
+
+
+def test_acls_command(cluster: Cluster, certs: Certs) -> None:
+    admin = certs.names["admin"]
+    b = [
+        "--bootstrap-server",
+        cluster.bootstrap,
+        "--ssl-cafile",
+        str(certs.ca.cert),
+        "--ssl-certfile",
+        str(admin.cert),
+        "--ssl-keyfile",
+        str(admin.key),
+    ]
+    added = mk(
+        "acls",
+        "--add",
+        "--allow-principal",
+        "User:dave",
+        "--operation",
+        "Read",
+        "--operation",
+        "Describe",
+        "--topic",
+        "ledger",
+        *b,
+    ).stdout
+    assert "ResourcePattern(resourceType=TOPIC, name=ledger, patternType=LITERAL)" in added
+    listed = mk("acls", "--list", "--topic", "ledger", *b).stdout
+    assert "(principal=User:dave, host=*, operation=READ, permissionType=ALLOW)" in listed
+    assert "(principal=User:dave, host=*, operation=DESCRIBE, permissionType=ALLOW)" in listed
+    removed = mk(
+        "acls",
+        "--remove",
+        "--allow-principal",
+        "User:dave",
+        "--operation",
+        "Read",
+        "--topic",
+        "ledger",
+        *b,
+    ).stdout
+    assert "operation=READ" in removed
+    assert "operation=DESCRIBE" not in removed
+    listed = mk("acls", "--list", "--principal", "User:dave", *b).stdout
+    assert "operation=READ" not in listed
+    assert "operation=DESCRIBE" in listed
+    # A principal that may not ALTER the cluster cannot add ACLs.
+    bob = certs.names["bob"]
+    refused = mk(
+        "acls",
+        "--add",
+        "--allow-principal",
+        "User:bob",
+        "--operation",
+        "All",
+        "--topic",
+        TOPIC,
+        "--bootstrap-server",
+        cluster.bootstrap,
+        "--ssl-cafile",
+        str(certs.ca.cert),
+        "--ssl-certfile",
+        str(bob.cert),
+        "--ssl-keyfile",
+        str(bob.key),
+        check=False,
+    )
+    assert refused.returncode != 0
+    assert "CLUSTER_AUTHORIZATION_FAILED" in refused.stderr
+    # Bad input is a usage error naming the problem.
+    bad = mk(
+        "acls",
+        "--add",
+        "--allow-principal",
+        "alice",
+        "--operation",
+        "Read",
+        "--topic",
+        "x",
+        *b,
+        check=False,
+    )
+    assert bad.returncode != 0
+    assert "User:NAME" in bad.stderr
