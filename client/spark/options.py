@@ -37,6 +37,11 @@ _KNOWN: Final = frozenset(
         "maxoffsetspertrigger",
         "minpartitions",
         "kafkaconsumer.polltimeoutms",
+        # TLS (kafka-python's names under Spark's `kafka.` prefix; PEM files).
+        "kafka.security.protocol",
+        "kafka.ssl.cafile",
+        "kafka.ssl.certfile",
+        "kafka.ssl.keyfile",
     }
 )
 #: Spark Kafka options that have no meaning here; accepted with a warning so that jobs
@@ -44,6 +49,14 @@ _KNOWN: Final = frozenset(
 _IGNORED: Final = frozenset(
     {"groupidprefix", "fetchoffset.numretries", "fetchoffset.retryintervalms"}
 )
+
+
+class TlsSettings(msgspec.Struct, frozen=True, kw_only=True):
+    """kafka.security.protocol=SSL and its PEM files (paths every executor can read)."""
+
+    ssl_cafile: str | None = None
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
 
 
 class SourceOptions(msgspec.Struct, frozen=True, kw_only=True):
@@ -62,6 +75,9 @@ class SourceOptions(msgspec.Struct, frozen=True, kw_only=True):
     max_offsets_per_trigger: int | None = None
     min_partitions: int | None = None
     poll_timeout_ms: int = DEFAULT_POLL_TIMEOUT_MS
+    #: TLS: the client's settings (`client.security.client_tls`; the files are read by
+    #: each reader, on the driver and on the executors).
+    tls: TlsSettings | None = None
 
     def matches(self, topic: str) -> bool:
         """Whether a topic of the cluster is read by `subscribe` / `subscribePattern`."""
@@ -206,6 +222,7 @@ def parse_options(raw: Mapping[str, str], *, streaming: bool) -> SourceOptions:
         )
     )
     timeout_ms = _positive_int(options, "kafkaConsumer.pollTimeoutMs")
+    tls = _tls(options)
     return SourceOptions(
         bootstrap_servers=bootstrap,
         topics=topics,
@@ -218,4 +235,28 @@ def parse_options(raw: Mapping[str, str], *, streaming: bool) -> SourceOptions:
         max_offsets_per_trigger=_positive_int(options, "maxOffsetsPerTrigger"),
         min_partitions=_positive_int(options, "minPartitions"),
         poll_timeout_ms=timeout_ms if timeout_ms is not None else DEFAULT_POLL_TIMEOUT_MS,
+        tls=tls,
+    )
+
+
+def _tls(options: Mapping[str, str]) -> TlsSettings | None:
+    protocol = options.get("kafka.security.protocol", "PLAINTEXT").upper()
+    files = {name: options.get(f"kafka.ssl.{name}") for name in ("cafile", "certfile", "keyfile")}
+    given = [f"kafka.ssl.{name}" for name, value in files.items() if value]
+    if protocol not in ("PLAINTEXT", "SSL"):
+        raise SourceOptionError(
+            f"kafka.security.protocol must be PLAINTEXT or SSL, got {protocol!r}"
+        )
+    if protocol == "PLAINTEXT":
+        if given:
+            raise SourceOptionError(
+                f"{', '.join(given)} given but kafka.security.protocol is not SSL"
+            )
+        return None
+    if bool(files["certfile"]) != bool(files["keyfile"]):
+        raise SourceOptionError("kafka.ssl.certfile and kafka.ssl.keyfile go together")
+    return TlsSettings(
+        ssl_cafile=files["cafile"] or None,
+        ssl_certfile=files["certfile"] or None,
+        ssl_keyfile=files["keyfile"] or None,
     )

@@ -49,7 +49,7 @@ from client.spark.offsets import (
     split_ranges,
     total_lag,
 )
-from client.spark.options import SourceOptions, parse_options
+from client.spark.options import SourceOptions, TlsSettings, parse_options
 from client.spark.schema import spark_schema, to_record_batch
 from client.spark.wire import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, ClusterSnapshot, WireReader
 
@@ -68,11 +68,12 @@ class TopicPartitionRange(InputPartition):
     include_headers: bool
     fail_on_data_loss: bool
     timeout_ms: int
+    tls: TlsSettings | None = None
 
 
 def read_range(part: TopicPartitionRange) -> Iterator[pa.RecordBatch]:
     """Arrow record batches of exactly the records `[part.start, part.end)` (executor side)."""
-    with WireReader(part.bootstrap_servers, timeout_ms=part.timeout_ms) as wire:
+    with WireReader(part.bootstrap_servers, timeout_ms=part.timeout_ms, tls=part.tls) as wire:
         for columns in wire.fetch_range(
             part.topic,
             part.partition,
@@ -113,7 +114,9 @@ class _Planner:
     def wire(self) -> WireReader:
         if self._wire is None:
             self._wire = WireReader(
-                self.options.bootstrap_servers, timeout_ms=self.options.poll_timeout_ms
+                self.options.bootstrap_servers,
+                timeout_ms=self.options.poll_timeout_ms,
+                tls=self.options.tls,
             )
         return self._wire
 
@@ -164,6 +167,7 @@ class _Planner:
                 include_headers=options.include_headers,
                 fail_on_data_loss=options.fail_on_data_loss,
                 timeout_ms=options.poll_timeout_ms,
+                tls=options.tls,
             )
             for r in split_ranges(ranges, options.min_partitions)
         ]

@@ -18,11 +18,14 @@ from typing import Final
 import grpc
 import msgspec
 
+from client.security import client_tls
 from client.spark.decode import Columns, decode_range
 from client.spark.errors import DataLossError, SourceReadError
 from client.spark.offsets import TP, Offsets
+from client.spark.options import TlsSettings
 from minikafka.errors import RETRIABLE_CODES, ErrorCode, code_from_wire
 from minikafka.grpc_options import channel_options
+from minikafka.tls import open_sync_channel
 from minikafka.v1 import broker_pb2, broker_pb2_grpc
 
 logger = logging.getLogger(__name__)
@@ -84,9 +87,27 @@ def _is_connection_error(exc: grpc.RpcError) -> bool:
 class WireReader:
     """Synchronous Metadata / ListOffsets / Fetch against a cluster; close() when done."""
 
-    def __init__(self, bootstrap_servers: Sequence[str], *, timeout_ms: int) -> None:
+    def __init__(
+        self,
+        bootstrap_servers: Sequence[str],
+        *,
+        timeout_ms: int,
+        tls: TlsSettings | None = None,
+    ) -> None:
         if not bootstrap_servers:
             raise ValueError("bootstrap_servers is empty")
+        #: The files are read here, where the reader runs (driver or executor).
+        self._tls = (
+            client_tls(
+                security_protocol="SSL",
+                ssl_cafile=tls.ssl_cafile,
+                ssl_certfile=tls.ssl_certfile,
+                ssl_keyfile=tls.ssl_keyfile,
+                ssl_check_hostname=True,
+            )
+            if tls is not None
+            else None
+        )
         self._bootstrap = list(bootstrap_servers)
         self._timeout_s = timeout_ms / 1000
         self._channels: dict[str, grpc.Channel] = {}
@@ -107,7 +128,7 @@ class WireReader:
     def _stub(self, address: str) -> broker_pb2_grpc.BrokerServiceStub:
         channel = self._channels.get(address)
         if channel is None:
-            channel = grpc.insecure_channel(address, options=channel_options())
+            channel = open_sync_channel(address, channel_options(), self._tls)
             self._channels[address] = channel
         return broker_pb2_grpc.BrokerServiceStub(channel)
 

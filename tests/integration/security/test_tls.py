@@ -185,3 +185,37 @@ def test_external_listener_is_tls_without_client_certificate(tmp_path: Path, cer
         assert _metadata(process.address, certs.credentials(None)) is grpc.StatusCode.UNAVAILABLE
     finally:
         process.terminate()
+
+
+def test_spark_reader_passes_tls_through(tls_cluster: Cluster, certs: Certs) -> None:
+    """The Spark source's reader (driver and executors) with kafka.security.protocol=SSL
+    and kafka.ssl.* files reads committed records over mutual TLS."""
+    from client.spark.options import TlsSettings
+    from client.spark.wire import WireReader
+
+    config = certs.client_config(certs.alice)
+    admin = Admin(tls_cluster.bootstrap, **config)
+    try:
+        admin.create_topics([NewTopic("spark-tls", 1, 2)])
+    finally:
+        admin.close()
+    tls_cluster.wait_leader("spark-tls")
+    producer = Producer(bootstrap_servers=tls_cluster.bootstrap, acks="all", **config)
+    try:
+        for value in (b"a", b"b", b"c"):
+            producer.send("spark-tls", value).get(timeout=30)
+    finally:
+        producer.close()
+    settings = TlsSettings(
+        ssl_cafile=str(certs.ca.cert),
+        ssl_certfile=str(certs.alice.cert),
+        ssl_keyfile=str(certs.alice.key),
+    )
+    with WireReader([tls_cluster.bootstrap], timeout_ms=30_000, tls=settings) as wire:
+        assert "spark-tls" in wire.refresh().topics
+        values = [
+            value
+            for columns in wire.fetch_range("spark-tls", 0, 0, 3, fail_on_data_loss=True)
+            for value in columns.values
+        ]
+    assert values == [b"a", b"b", b"c"]

@@ -6,7 +6,7 @@ import pytest
 
 from client.spark.errors import SourceOptionError
 from client.spark.offsets import OffsetSpec
-from client.spark.options import DEFAULT_POLL_TIMEOUT_MS, parse_options
+from client.spark.options import DEFAULT_POLL_TIMEOUT_MS, TlsSettings, parse_options
 
 BASE = {"kafka.bootstrap.servers": "127.0.0.1:9092"}
 
@@ -104,3 +104,40 @@ def test_kafka_client_options_are_ignored_not_rejected(caplog: pytest.LogCapture
     assert got.topics == ("t",)
     assert "kafka.group.id" in caplog.text
     assert "groupidprefix" in caplog.text
+
+
+def test_tls_options() -> None:
+    got = parse_options(
+        {
+            **BASE,
+            "subscribe": "t",
+            "kafka.security.protocol": "ssl",
+            "kafka.ssl.cafile": "/certs/ca.crt",
+            "kafka.ssl.certfile": "/certs/client.crt",
+            "kafka.ssl.keyfile": "/certs/client.key",
+        },
+        streaming=True,
+    )
+    assert got.tls == TlsSettings(
+        ssl_cafile="/certs/ca.crt",
+        ssl_certfile="/certs/client.crt",
+        ssl_keyfile="/certs/client.key",
+    )
+    assert parse_options({**BASE, "subscribe": "t"}, streaming=True).tls is None
+
+
+@pytest.mark.parametrize(
+    ("extra", "match"),
+    [
+        pytest.param({"kafka.security.protocol": "SASL_SSL"}, "PLAINTEXT or SSL", id="sasl"),
+        pytest.param({"kafka.ssl.cafile": "/ca"}, "is not SSL", id="files-without-ssl"),
+        pytest.param(
+            {"kafka.security.protocol": "SSL", "kafka.ssl.certfile": "/c"},
+            "go together",
+            id="cert-without-key",
+        ),
+    ],
+)
+def test_bad_tls_options(extra: dict[str, str], match: str) -> None:
+    with pytest.raises(SourceOptionError, match=match):
+        parse_options({**BASE, "subscribe": "t", **extra}, streaming=True)
