@@ -23,6 +23,8 @@ from minikafka.config import (
 from minikafka.errors import ErrorCode, MiniKafkaError, code_name
 
 if TYPE_CHECKING:
+    import grpc
+
     from client import Admin
     from client.admin import TopicDescription
 
@@ -280,9 +282,47 @@ def client_security() -> dict[str, Any]:
     return {"security_protocol": "SSL", **given}
 
 
+def grpc_channel(address: str) -> grpc.Channel:
+    """A blocking channel to a broker or controller with the command's TLS settings
+    (`tls_client_options`): TLS when given, plaintext otherwise."""
+    from client.errors import KafkaConfigurationError
+    from client.security import client_tls
+    from minikafka.tls import open_sync_channel
+
+    settings = client_security()
+    try:
+        tls = (
+            client_tls(
+                security_protocol="SSL",
+                ssl_cafile=settings.get("ssl_cafile"),
+                ssl_certfile=settings.get("ssl_certfile"),
+                ssl_keyfile=settings.get("ssl_keyfile"),
+                ssl_check_hostname=True,
+            )
+            if settings
+            else None
+        )
+    except KafkaConfigurationError as exc:
+        fail(str(exc))
+    return open_sync_channel(address, [], tls)
+
+
 def bootstrap_option(func: F) -> F:
     """`--bootstrap-server`, and the TLS files a client of a TLS cluster needs (read back
     with `client_security()`)."""
+    return opt(
+        "--bootstrap-server",
+        "bootstrap_server",
+        required=True,
+        metavar="HOST:PORT",
+        callback=_check_bootstrap,
+        help="Address of any broker of the cluster (or several, comma-separated).",
+    )(tls_client_options(func))
+
+
+def tls_client_options(func: F) -> F:
+    """`--ssl-cafile`, `--ssl-certfile`, `--ssl-keyfile` (read back with
+    `client_security()` / `grpc_channel()`)."""
     for flag, text in reversed(
         [
             ("--ssl-cafile", "CA certificate to verify the brokers with (turns TLS on)."),
@@ -298,14 +338,7 @@ def bootstrap_option(func: F) -> F:
             callback=_keep_tls_setting,
             help=text,
         )(func)
-    return opt(
-        "--bootstrap-server",
-        "bootstrap_server",
-        required=True,
-        metavar="HOST:PORT",
-        callback=_check_bootstrap,
-        help="Address of any broker of the cluster (or several, comma-separated).",
-    )(func)
+    return func
 
 
 def _address_check(*, listen: bool) -> Callable[[click.Context, click.Parameter, Any], Any]:

@@ -17,7 +17,14 @@ import click
 from minikafka.config import ConfigError, parse_bootstrap_servers
 from minikafka.errors import ErrorCode, code_name
 from minikafka.v1 import raft_pb2
-from minikafka_cli.common import CONTEXT_SETTINGS, config_file_option, fail, opt
+from minikafka_cli.common import (
+    CONTEXT_SETTINGS,
+    config_file_option,
+    fail,
+    grpc_channel,
+    opt,
+    tls_client_options,
+)
 
 RPC_TIMEOUT_S = 5.0
 
@@ -102,7 +109,7 @@ def _via_broker(addresses: list[str]) -> raft_pb2.DescribeQuorumResponse:
 
     last_error = ""
     for address in addresses:
-        with grpc.insecure_channel(address) as channel:
+        with grpc_channel(address) as channel:
             try:
                 reply: raft_pb2.DescribeQuorumResponse = broker_pb2_grpc.BrokerServiceStub(
                     channel
@@ -131,7 +138,7 @@ def _via_controllers(addresses: list[str]) -> raft_pb2.DescribeQuorumResponse:
         if address in asked:
             continue
         asked.add(address)
-        with grpc.insecure_channel(address) as channel:
+        with grpc_channel(address) as channel:
             try:
                 reply: raft_pb2.DescribeQuorumResponse = controller_pb2_grpc.ControllerServiceStub(
                     channel
@@ -176,6 +183,7 @@ def metadata_quorum() -> None:
     metavar="HOST:PORT",
     help="A controller (or several, comma-separated); a standby's answer leads to the leader.",
 )
+@tls_client_options
 @click.option("--status", "show_status", is_flag=True, help="Leader, epoch, lag, voters.")
 @click.option("--replication", "show_replication", is_flag=True, help="One row per voter.")
 def describe(

@@ -13,6 +13,7 @@ from client.errors import MiniKafkaClientError
 from minikafka.acl import AclBinding, Operation, ResourceType
 from minikafka.v1 import raft_pb2
 from tests.integration.security.test_acls import Certs
+from tests.integration.test_cli import mk
 from tests.support.cluster import Cluster, wait_until
 
 pytestmark = pytest.mark.timeout(240)
@@ -76,3 +77,22 @@ def test_acls_survive_quorum_failover(cluster: Cluster, certs: Certs) -> None:
         wait_until(lambda: _acls(admin) == [GRANT], timeout_s=30, what="the ACL after fail-over")
     finally:
         admin.close()
+
+
+def test_metadata_quorum_command_over_tls(cluster: Cluster, certs: Certs) -> None:
+    admin = certs.names["admin"]
+    tls = [
+        "--ssl-cafile",
+        str(certs.ca.cert),
+        "--ssl-certfile",
+        str(admin.cert),
+        "--ssl-keyfile",
+        str(admin.key),
+    ]
+    controllers = ",".join(p.address for p in cluster.controllers.values() if p.alive())
+    out = mk("metadata-quorum", "describe", "--status", "--bootstrap-controller", controllers, *tls)
+    assert "CurrentVoters:" in out.stdout
+    out = mk(
+        "metadata-quorum", "describe", "--status", "--bootstrap-server", cluster.bootstrap, *tls
+    )
+    assert "LeaderId:" in out.stdout
