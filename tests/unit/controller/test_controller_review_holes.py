@@ -20,6 +20,7 @@ from controller.state_machine import (
     alter_configs,
     alter_partition,
     fence_broker,
+    register_broker,
 )
 from minikafka.errors import ErrorCode
 from tests.unit.controller.controller_harness import Harness
@@ -42,9 +43,9 @@ def _set_config(h: Harness, name: str, value: str) -> None:
     assert reply.error is ErrorCode.NONE, reply
 
 
-def _shrink(h: Harness, removing: int) -> None:
+def _alter(h: Harness, new_isr: set[int]) -> None:
+    """The leader's AlterPartition to `new_isr`, each member fetching in its current epoch."""
     part = h.part(KEY)
-    new_isr = tuple(sorted(set(part.isr) - {removing}))
     reply = h.commit(
         alter_partition(
             h.state,
@@ -57,14 +58,18 @@ def _shrink(h: Harness, removing: int) -> None:
                     partition=0,
                     leader_epoch=part.leader_epoch,
                     partition_epoch=part.partition_epoch,
-                    new_isr=new_isr,
-                    member_epochs={},
+                    new_isr=tuple(sorted(new_isr)),
+                    member_epochs={m: h.state.brokers[m].broker_epoch for m in new_isr},
                 )
             ],
         )
     )
     (result,) = reply.items
     assert result.error is ErrorCode.NONE, result
+
+
+def _shrink(h: Harness, removing: int) -> None:
+    _alter(h, set(h.part(KEY).isr) - {removing})
 
 
 def _fence(h: Harness, broker_id: int) -> None:
@@ -165,3 +170,75 @@ def test_raising_min_insync_replicas_makes_a_lagging_replica_eligible(
     assert part.leader != c, (
         f"clean election of {c} from ELR holding {holds[c]} of {committed} committed records"
     )
+
+
+def _register(h: Harness, broker_id: int, *, previous_broker_epoch: int) -> None:
+    reply = h.commit(
+        register_broker(
+            h.state,
+            h.settings,
+            broker_id=broker_id,
+            host="127.0.0.1",
+            port=9000 + broker_id,
+            rack="",
+            incarnation_id=f"incarnation-{broker_id}-{h.state.metadata_offset}",
+            previous_broker_epoch=previous_broker_epoch,
+            directory_id=f"dir-{broker_id}",
+            session_alive=False,
+        )
+    )
+    assert reply.error is ErrorCode.NONE, reply
+
+
+STALE_PROOF_HOLE = (
+    "hole: under flush.policy=fsync a stale previous_broker_epoch (a directory rolled back "
+    "to an older clean shutdown) is excused like a missing proof"
+)
+
+
+@pytest.mark.parametrize(
+    "flush_policy",
+    ["none", pytest.param("fsync", marks=pytest.mark.xfail(strict=True, reason=STALE_PROOF_HOLE))],
+)
+def test_a_directory_rolled_back_to_an_older_clean_shutdown_is_never_taken_as_intact(
+    flush_policy: str,
+) -> None:
+    """`restart_loss` files "restarted claiming broker epoch N, not its last
+    registration's M" under UNFLUSHED, the same bucket as "no proof", and `_replica_loss`
+    turns UNFLUSHED into NONE for flush.policy=fsync topics. But a proof of an *older*
+    registration is what a data directory rolled back in time presents (restored from a
+    backup or a VM snapshot taken after a clean shutdown; same directory.id, a genuine
+    clean-shutdown file): it may miss every record since, fsynced or not. Schedule
+    (flush.policy=fsync, replicas a, b, c, min ISR 2): b stops cleanly at epoch e1 and
+    its directory is backed up; b returns (epoch e2); c leaves the ISR; 5 records are
+    committed and fsynced on {a, b}; a crashes (b leads alone, a in the ELR); b's disk
+    is replaced by the backup and b registers proving e1. The controller keeps b in the
+    ISR; b unfences and is elected cleanly holding none of the 5, and a truncates to it
+    when it returns. With flush.policy=none (the control) b leaves the ISR and the
+    partition waits for a. Fix: in `restart_loss`, tell a stale proof (0 <= previous <
+    the registration's epoch) from a missing one and never excuse it by flush policy
+    (a crash between a registration and `record_incarnation` also presents one; counting
+    it unclean costs availability only)."""
+    h = Harness(SETTINGS)
+    h.start_brokers(1, 2, 3)
+    h.create("t", rf=3, configs={"min.insync.replicas": "2", "flush.policy": flush_policy})
+    part = h.part(KEY)
+    a = part.leader
+    b, c = (r for r in part.replicas if r != a)
+    _fence(h, b)  # b stops cleanly at epoch e1; its directory is backed up now
+    backup_epoch = h.state.brokers[b].broker_epoch
+    h.register(b, clean_shutdown=True)
+    h.unfence(b)
+    _alter(h, {a, b, c})  # b caught up: back in the ISR
+    _shrink(h, c)
+    holds = {a: 5, b: 5, c: 0}  # 5 records committed (and fsynced) on ISR {a, b}
+    committed = 5
+    _fence(h, a)
+    assert h.part(KEY).isr == (b,)
+    _fence(h, b)  # b's disk is replaced by the backup ...
+    holds[b] = 0  # ... which holds none of the 5
+    before = len(h.elections)
+    _register(h, b, previous_broker_epoch=backup_epoch)
+    h.unfence(b)
+    elected = [e for e in h.elections[before:] if e.kind is not ElectionKind.UNCLEAN]
+    assert not elected, f"clean election of {b} holding {holds[b]} of {committed}"
