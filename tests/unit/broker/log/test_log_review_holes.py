@@ -55,3 +55,45 @@ def test_a_partition_directory_missing_after_a_clean_shutdown_voids_the_proof(
         )
     finally:
         again.shutdown()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="hole: a data directory wiped but for meta.properties keeps its identity, so "
+    "its broker reports it as a power loss, which flush.policy=fsync excuses",
+)
+def test_a_wiped_directory_that_kept_its_identity_file_gets_a_new_identity(
+    tmp_path: Path,
+) -> None:
+    """Issue 14 hole 5's fix gives each data directory an identity so that the controller
+    can tell a wiped disk (a new identity: every replica lost, `RestartLoss.EVERYTHING`)
+    from a power loss (no proof: only the unflushed tail, `RestartLoss.UNFLUSHED`, which
+    `_replica_loss` excuses for flush.policy=fsync topics). But when the data is gone and
+    `meta.properties` is not (`rm -rf data/*-*`, a restore that copied the small files
+    only, an operator clearing partitions), `LogManager` sees a fresh directory (no data,
+    no stop record) and keeps the old identity: the broker registers with the same
+    directory id and no proof, exactly as after a power loss. For a flush.policy=fsync
+    topic the controller then keeps it in the ISR as intact, and as the last member it
+    leads with an empty log. Fix: a fresh directory never keeps an identity; mint a new
+    one (a directory that never registered holds nothing, so nothing is lost by it)."""
+    manager = LogManager(tmp_path, SMALL, now_ms=0, node_id=1, boot_id="boot-a")
+    original = manager.directory_id
+    fill(manager.get_or_create("t", 0), 5)
+    manager.record_registration(7)
+    manager.shutdown(broker_epoch=7)
+    for entry in tmp_path.iterdir():  # everything but the identity file goes
+        if entry.name == "meta.properties":
+            continue
+        if entry.is_dir():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+
+    again = LogManager(tmp_path, SMALL, now_ms=0, node_id=1, boot_id="boot-a")
+    try:
+        assert again.proven_broker_epoch == -1
+        assert again.directory_id != original, (
+            "the wiped directory presents its old identity: indistinguishable from a power loss"
+        )
+    finally:
+        again.shutdown()
