@@ -101,11 +101,11 @@ async def test_a_delayed_leader_and_isr_never_rolls_topic_configs_back(node: Nod
     retried = leader_and_isr(min_isr="3", partition_epoch=9)  # attempt 2, after the change
     reply = await servicer.LeaderAndIsr(retried, None)  # type: ignore[arg-type]
     assert reply.error_code == ErrorCode.NONE
-    reply = await servicer.UpdateMetadata(
+    updated = await servicer.UpdateMetadata(
         update_metadata(min_isr="3", metadata_offset=40),
         None,  # type: ignore[arg-type]
     )
-    assert reply.error_code == ErrorCode.NONE
+    assert updated.error_code == ErrorCode.NONE
     leader = node.partition().state
     assert isinstance(leader, LeaderState)
     assert leader.min_insync_replicas == 3
