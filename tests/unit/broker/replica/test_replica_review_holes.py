@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from broker.log.errors import LogStorageError
+from minikafka.errors import ErrorCode
 from minikafka.record_batch import decode_rows, iter_batches
 from tests.support.inproc import TOPIC, ManualClock, Node, item
 
@@ -143,3 +145,49 @@ async def test_a_stale_replica_of_a_deleted_topic_never_counts_for_the_recreated
     finally:
         a.close()
         b.close()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="hole: a produce that fails after its batch was appended (fsync or producer "
+    "snapshot error) is answered as a definite failure",
+)
+async def test_a_failure_after_the_append_is_answered_indefinite(
+    node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`Partition.append_as_leader` appends the batch (LEO advanced, producer state
+    updated) and only then, for flush.policy=fsync, flushes the log (and may write a
+    producer snapshot after a roll). When that raises `LogStorageError` (EIO, ENOSPC),
+    `ReplicaManager.produce` answers KAFKA_STORAGE_ERROR without `indefinite`, the
+    client's policy takes it as "not written" (it is not a post-append code), and the
+    partition stays leader: followers replicate the batch, the HW passes it, consumers
+    read it. With retries=0 the producer reports a definite failure for a record that is
+    in the log; with retries a non-idempotent producer writes it again (the error is
+    retriable), each time "definitely" failed. Issue 14 hole 3's rule: every answer given
+    after the broker may have appended is indefinite. Fix: in `produce`, mark any error
+    raised after `log.append_as_leader` returned as indefinite (e.g. split the append
+    from the flush and catch around the latter), or take the partition offline (the
+    KAFKA_STORAGE_ERROR path) so that the unflushed batch is never served."""
+    follower = Node(B, tmp_path / "broker-2", node.clock)
+    try:
+        for each in (node, follower):
+            each.topic_configs[TOPIC] = {"flush.policy": "fsync"}
+            each.apply(leader=A, leader_epoch=0, isr=(A, B), replicas=(A, B))
+        node.replicas.set_isr_eligible({A: 10, B: 20})
+        log = node.partition().log
+
+        def failing_flush() -> None:
+            raise LogStorageError("fsync failed: [Errno 5] Input/output error")
+
+        monkeypatch.setattr(log, "flush", failing_flush)
+        result = await node.produce([b"maybe"], acks=1)
+        assert result.error_code is ErrorCode.KAFKA_STORAGE_ERROR
+        monkeypatch.undo()
+
+        await replicate(node, follower, broker_epoch=20)  # the batch is served ...
+        await replicate(node, follower, broker_epoch=20)
+        assert values(follower) == [b"maybe"]
+        assert log.high_watermark == 1  # ... and committed
+        assert result.indefinite, "a committed record was answered as definitely not written"
+    finally:
+        follower.close()
