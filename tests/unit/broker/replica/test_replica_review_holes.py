@@ -191,3 +191,49 @@ async def test_a_failure_after_the_append_is_answered_indefinite(
         assert result.indefinite, "a committed record was answered as definitely not written"
     finally:
         follower.close()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="hole: under flush.policy=fsync a follower whose fsync failed still reports the "
+    "unflushed batch in its next fetch offset, and the leader commits it",
+)
+async def test_a_follower_whose_fsync_failed_never_counts_the_unflushed_batch(
+    node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """flush.policy=fsync promises "fsync every record before it counts towards the high
+    watermark", and the controller relies on it: a replica of such a topic that restarts
+    without proof keeps its ISR membership (`_replica_loss`). `Partition.
+    append_as_follower` appends, then flushes; when the flush raises, `ReplicaFetcher`
+    logs it and backs off, but the batch stays in the log (LEO advanced, not fsynced) and
+    the next fetch asks from the new LEO, which the leader records as the follower's
+    progress: the HW passes a record the follower never fsynced, and a power loss of the
+    follower (kept in the ISR as intact) loses a committed record. Fix: on a failed
+    fsync take the replica offline (Kafka marks the log directory offline on an I/O
+    error), or truncate back to the recovery point before fetching again."""
+    follower = Node(B, tmp_path / "broker-2", node.clock)
+    try:
+        for each in (node, follower):
+            each.topic_configs[TOPIC] = {"flush.policy": "fsync"}
+            each.apply(leader=A, leader_epoch=0, isr=(A, B), replicas=(A, B))
+        node.replicas.set_isr_eligible({A: 10, B: 20})
+        assert (await node.produce([b"v"], acks=1)).error_code is ErrorCode.NONE
+        flog = follower.partition().log
+
+        def failing_flush() -> None:
+            raise LogStorageError("fsync failed: [Errno 5] Input/output error")
+
+        monkeypatch.setattr(flog, "flush", failing_flush)
+        with pytest.raises(LogStorageError):  # ReplicaFetcher._handle logs it, backs off
+            await replicate(node, follower, broker_epoch=20)
+        monkeypatch.undo()
+        assert flog.log_end_offset == 1
+        assert flog.recovery_point == 0
+
+        await replicate(node, follower, broker_epoch=20)  # the next fetch, from offset 1
+        hw = node.partition().log.high_watermark
+        assert flog.recovery_point >= hw, (
+            f"the leader's HW {hw} counts a record the follower never fsynced"
+        )
+    finally:
+        follower.close()
