@@ -147,11 +147,6 @@ async def test_a_stale_replica_of_a_deleted_topic_never_counts_for_the_recreated
         b.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="hole: a produce that fails after its batch was appended (fsync or producer "
-    "snapshot error) is answered as a definite failure",
-)
 async def test_a_failure_after_the_append_is_answered_indefinite(
     node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -167,7 +162,10 @@ async def test_a_failure_after_the_append_is_answered_indefinite(
     after the broker may have appended is indefinite. Fix: in `produce`, mark any error
     raised after `log.append_as_leader` returned as indefinite (e.g. split the append
     from the flush and catch around the latter), or take the partition offline (the
-    KAFKA_STORAGE_ERROR path) so that the unflushed batch is never served."""
+    KAFKA_STORAGE_ERROR path) so that the unflushed batch is never served.
+
+    Fixed: `Partition.append_as_leader` answers any failure after the log end moved as
+    `FailedAfterAppendError` (same code), which `produce` marks indefinite."""
     follower = Node(B, tmp_path / "broker-2", node.clock)
     try:
         for each in (node, follower):
