@@ -43,8 +43,9 @@ def _set_config(h: Harness, name: str, value: str) -> None:
     assert reply.error is ErrorCode.NONE, reply
 
 
-def _alter(h: Harness, new_isr: set[int]) -> None:
-    """The leader's AlterPartition to `new_isr`, each member fetching in its current epoch."""
+def _alter(h: Harness, new_isr: set[int], *, leader_min_isr: int = 0) -> None:
+    """The leader's AlterPartition to `new_isr`, each member fetching in its current epoch
+    (`leader_min_isr`: the min.insync.replicas the leader applies; 0: not given)."""
     part = h.part(KEY)
     reply = h.commit(
         alter_partition(
@@ -60,6 +61,7 @@ def _alter(h: Harness, new_isr: set[int]) -> None:
                     partition_epoch=part.partition_epoch,
                     new_isr=tuple(sorted(new_isr)),
                     member_epochs={m: h.state.brokers[m].broker_epoch for m in new_isr},
+                    leader_min_insync_replicas=leader_min_isr,
                 )
             ],
         )
@@ -68,8 +70,8 @@ def _alter(h: Harness, new_isr: set[int]) -> None:
     assert result.error is ErrorCode.NONE, result
 
 
-def _shrink(h: Harness, removing: int) -> None:
-    _alter(h, set(h.part(KEY).isr) - {removing})
+def _shrink(h: Harness, removing: int, *, leader_min_isr: int = 0) -> None:
+    _alter(h, set(h.part(KEY).isr) - {removing}, leader_min_isr=leader_min_isr)
 
 
 def _fence(h: Harness, broker_id: int) -> None:
@@ -123,16 +125,7 @@ def test_switching_flush_policy_to_fsync_does_not_excuse_an_earlier_unflushed_ta
     assert not elected, f"clean election of {b} holding {holds[b]} of {committed}"
 
 
-MIN_ISR_HOLE = (
-    "hole: raising min.insync.replicas populates the ELR with a replica the leader's HW "
-    "(still on the old minimum) advanced without"
-)
-
-
-@pytest.mark.parametrize(
-    "raise_min_isr",
-    [False, pytest.param(True, marks=pytest.mark.xfail(strict=True, reason=MIN_ISR_HOLE))],
-)
+@pytest.mark.parametrize("raise_min_isr", [False, True])
 def test_raising_min_insync_replicas_makes_a_lagging_replica_eligible(
     raise_min_isr: bool,
 ) -> None:
@@ -149,7 +142,10 @@ def test_raising_min_insync_replicas_makes_a_lagging_replica_eligible(
     min.insync.replicas it applies in each AlterPartition item and the controller populates
     the ELR with the smaller of the two (or refuses a shrink from a leader on an older
     minimum until it has the metadata); for controller-side removals the stale leader's view
-    still includes the removed member, so those are safe."""
+    still includes the removed member, so those are safe.
+
+    Fixed: AlterPartition carries `leader_min_insync_replicas` and the controller keeps the
+    ELR with the smaller minimum (`state_machine._leader_policy`)."""
     h = Harness(SETTINGS)
     h.start_brokers(1, 2, 3)
     h.create("t", rf=3, configs={"min.insync.replicas": "2"})
@@ -160,7 +156,7 @@ def test_raising_min_insync_replicas_makes_a_lagging_replica_eligible(
     leader_min_isr = 2  # what a applies until the metadata with the new config arrives
     if raise_min_isr:  # False: the control, the same schedule without the change
         _set_config(h, "min.insync.replicas", "3")
-    _shrink(h, c)  # sent by a, which still applies min ISR 2
+    _shrink(h, c, leader_min_isr=leader_min_isr)  # sent by a, which still applies min ISR 2
     assert set(h.part(KEY).isr) == {a, b}
     assert len(h.part(KEY).isr) >= leader_min_isr  # a's HW advances on {a, b}
     holds[a] = holds[b] = committed = 8
