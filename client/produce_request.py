@@ -257,7 +257,12 @@ class RequestSender:
         """acks=0, as in Kafka: a record is done once its request is on its way, with
         no offset (-1) and no retry; nothing the broker answers reaches the caller."""
         call = self.conn.broker_stub(broker).Produce(request, timeout=timeout_s)
+        # The records are done now, but their partitions stay busy until the call ends:
+        # the next batch of a partition must not overtake this one on its way.
+        sequences = self.completer.sequences
+        on_its_way = object()
         for batch in batches:
+            sequences.sent(batch.tp, on_its_way)
             batch.sent = False
             self.completer.finish_ok(batch, BatchResult(-1, -1, -1))
         try:
@@ -267,6 +272,9 @@ class RequestSender:
             logger.warning("acks=0 Produce to broker %s failed: %s", broker_id, exc.code().name)
             self.refresh_metadata()
             return
+        finally:
+            for batch in batches:
+                sequences.answered(batch.tp, on_its_way)
         self._warm.add(broker_id)
         if any(p.error_code in INVALID_METADATA_CODES for p in response.partitions):
             self.refresh_metadata()

@@ -6,6 +6,9 @@ The rules (Kafka's `TransactionManager`/`RecordAccumulator` in the idempotent ca
 - Each partition's batches get consecutive sequences, assigned at the first send and
   kept by every retry, so a leader that already has a batch answers
   DUPLICATE_SEQUENCE_NUMBER instead of writing it twice.
+- A plain (non-idempotent) producer keeps one batch per partition in flight, so its
+  batches are written in the order they were sent (Kafka gets that from its one ordered
+  connection; concurrent gRPC calls give no such order).
 - At most `max_in_flight` (<= 5, the broker's window) batches per partition are in
   flight; only one while the partition is "unconfirmed" (no batch acknowledged under
   the current epoch: a leader that does not know the producer accepts any sequence, so a
@@ -34,7 +37,9 @@ _SEQUENCE_MASK: Final = 0x7FFFFFFF
 
 class SequenceTracker:
     """Sequences and the send window of an idempotent producer (`enabled=False`: a
-    plain producer, for which every batch may always be sent)."""
+    plain producer, which keeps one batch per partition in flight: without sequences
+    nothing would put a later batch back behind an earlier one, and concurrent gRPC calls
+    may reach the leader's log in any order, unlike Kafka's one ordered connection)."""
 
     def __init__(self, *, enabled: bool, max_in_flight: int) -> None:
         self.enabled = enabled
@@ -83,7 +88,7 @@ class SequenceTracker:
         """Whether the next batch of `tp` may be sent now (`sequenced`: it already has a
         sequence, i.e. this is a retry; `maybe_written`: an attempt may be written)."""
         if not self.enabled:
-            return True
+            return not self._in_flight.get(tp)
         if self.bump_pending and not (sequenced and maybe_written):
             # Only a batch that may have been written is resent under the old epoch (to
             # learn whether it was); every other batch waits for the new epoch.
@@ -94,8 +99,9 @@ class SequenceTracker:
         return in_flight < self.max_in_flight
 
     def sent(self, tp: TopicPartition, batch: Hashable) -> None:
-        if self.enabled:
-            self._in_flight.setdefault(tp, set()).add(batch)
+        """`batch` (or any key that holds `tp`'s window, e.g. an acks=0 request still on
+        its way) is in flight until `answered`."""
+        self._in_flight.setdefault(tp, set()).add(batch)
 
     def answered(self, tp: TopicPartition, batch: Hashable) -> None:
         """`batch` is no longer in flight (answered, failed, or given up)."""

@@ -170,6 +170,7 @@ class ControllerServicer(controller_pb2_grpc.ControllerServiceServicer):
                     member_epochs={
                         member.broker_id: member.broker_epoch for member in item.new_isr_with_epochs
                     },
+                    leader_min_insync_replicas=item.leader_min_insync_replicas,
                 )
                 for item in request.partitions
             ],

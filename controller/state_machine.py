@@ -131,6 +131,8 @@ class AlterPartitionItem(msgspec.Struct, frozen=True, kw_only=True):
     new_isr: tuple[int, ...]
     #: The broker epoch each member of `new_isr` fetched with (-1: not given), KIP-903.
     member_epochs: dict[int, int] = msgspec.field(default_factory=dict)
+    #: The min.insync.replicas the leader applies (0: not given).
+    leader_min_insync_replicas: int = 0
 
 
 class AlterPartitionItemResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -330,6 +332,17 @@ def _policy(state: ClusterState, settings: Settings, topic: str) -> ElectionPoli
         eligible_leader_replicas=settings.eligible_leader_replicas,
         unclean_strategy=settings.unclean_recovery_strategy,
     )
+
+
+def _leader_policy(policy: ElectionPolicy, leader_min_insync_replicas: int) -> ElectionPolicy:
+    """The policy for a change the leader proposed: ELR upkeep uses the smaller of the
+    configured min.insync.replicas and the one the leader applies (0: not given). A
+    replica joins the ELR only while the ISR is below the minimum, i.e. while the HW
+    stands still; a leader that has not applied a raised minimum yet still advances its HW
+    on the old one, so the replica it shrinks out may miss committed records."""
+    if 0 < leader_min_insync_replicas < policy.min_insync_replicas:
+        return msgspec.structs.replace(policy, min_insync_replicas=leader_min_insync_replicas)
+    return policy
 
 
 def _min_isr(state: ClusterState, settings: Settings, topic: str) -> int:
@@ -798,7 +811,9 @@ def alter_partition(
             build_partition_change(
                 current,
                 alive=eligible | {broker_id},
-                policy=_policy(state, settings, item.topic),
+                policy=_leader_policy(
+                    _policy(state, settings, item.topic), item.leader_min_insync_replicas
+                ),
                 target_isr=new_isr,
             ),
         )

@@ -6,8 +6,9 @@ written atomically (tmp + fsync + rename):
 - `meta.properties`: written once, when the directory is formatted (first used):
   `directory.id` (a random UUID, Kafka's `meta.properties` field) and `node.id` (the broker
   id). A broker never opens another broker's directory; a directory with data but no
-  identity (written by an older minikafka) is given one. The controller treats a broker
-  that comes back with another directory id as having lost every replica it held.
+  identity (written by an older minikafka) is given one, and a directory without data or
+  a record of a previous stop (wiped but for this file) a new one. The controller treats a
+  broker that comes back with another directory id as having lost every replica it held.
 - `clean-shutdown`: written last at a clean shutdown, holding the broker epoch of the
   registration that stopped (KIP-966's proof). Removed durably at the next start, so a
   crash at any later point is never taken for a clean stop.
@@ -101,6 +102,11 @@ def _read(path: Path) -> dict[str, str] | None:
 def directory_identity(data_dir: Path, *, node_id: int | None, fresh: bool) -> str:
     """The directory's id, formatting it (writing `meta.properties`) when it has none.
 
+    A `fresh` directory (no data, no record of a previous owner) never keeps an identity
+    it still has: it was wiped but for its identity file, or never registered (it held
+    nothing), and a new identity tells the controller that whatever its broker held
+    there is gone (a kept one would pass for a power loss).
+
     Raises `LogStorageError` when the directory belongs to another broker id.
     """
     path = data_dir / META_NAME
@@ -112,7 +118,14 @@ def directory_identity(data_dir: Path, *, node_id: int | None, fresh: bool) -> s
                 f"data directory {data_dir} belongs to broker {owner}, not {node_id} "
                 f"(its {META_NAME} says node.id={owner})"
             )
-        return meta["directory.id"]
+        if not fresh:
+            return meta["directory.id"]
+        logger.warning(
+            "data directory %s holds no data and no record of a previous stop but has the "
+            "identity %s: giving it a new one (its broker's replicas there count as lost)",
+            data_dir,
+            meta["directory.id"],
+        )
     directory_id = uuid.uuid4().hex
     values = {"version": "1", "directory.id": directory_id}
     if node_id is not None:

@@ -319,6 +319,8 @@ class AlterPartitionItem(msgspec.Struct, frozen=True, kw_only=True):
     #: (broker id, broker epoch) of each member of `new_isr`, in the same order: the
     #: epoch an added member fetched with (KIP-903), UNKNOWN for members kept as they are.
     new_isr_with_epochs: tuple[tuple[int, int], ...] = ()
+    #: The min.insync.replicas this leader applies (its HW rule), for the controller's ELR.
+    leader_min_insync_replicas: int = 0
 
 
 class AlterPartitionResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -407,6 +409,7 @@ def _item(state: LeaderState, pending: PendingExpandIsr | PendingShrinkIsr) -> A
         new_isr_with_epochs=tuple(
             (member, adding_epoch if member == adding else UNKNOWN) for member in new_isr
         ),
+        leader_min_insync_replicas=state.min_insync_replicas,
     )
 
 

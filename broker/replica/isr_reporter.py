@@ -106,6 +106,7 @@ class IsrReporter:
                     controller_pb2.IsrMember(broker_id=member, broker_epoch=epoch)
                     for member, epoch in item.new_isr_with_epochs
                 ],
+                leader_min_insync_replicas=item.leader_min_insync_replicas,
             )
             for _, item in batch
         ]

@@ -23,7 +23,7 @@ from broker.log.errors import OffsetOutOfRangeError
 from broker.log.manager import LogManager
 from broker.log.quarantine import Quarantine
 from broker.replica.isr import AlterPartitionItem
-from broker.replica.partition import DuplicateBatchError, Partition, Role
+from broker.replica.partition import DuplicateBatchError, FailedAfterAppendError, Partition, Role
 from broker.replica.transitions import LeaderAndIsrPartition, check_leader_epoch
 from broker.topic_settings import TopicSettings, resolve_topic_settings
 from minikafka.errors import ErrorCode, MiniKafkaError
@@ -298,6 +298,7 @@ class ReplicaManager:
                         partition=item.partition,
                         error_code=code,
                         error_message=message,
+                        indefinite=isinstance(exc, FailedAfterAppendError),
                     )
                 )
                 continue

@@ -102,7 +102,7 @@ from broker.replica.truncation import (
     truncation_point,
 )
 from broker.topic_settings import TopicSettings
-from minikafka.errors import ErrorCode
+from minikafka.errors import ErrorCode, MiniKafkaError
 from minikafka.record_batch import BatchHeader, CorruptBatchError, iter_batches
 
 logger = logging.getLogger(__name__)
@@ -133,6 +133,16 @@ class DuplicateBatchError(BrokerError):
             f"batch already written at offsets {original.first_offset}-{original.last_offset}"
         )
         self.original = original
+
+
+class FailedAfterAppendError(BrokerError):
+    """The batch was appended, then a later step of the append failed (fsync, producer
+    snapshot): the batch may still be served and committed, so the answer is indefinite
+    (issue 14 hole 3's rule). Carries the cause's code and message."""
+
+    def __init__(self, cause: MiniKafkaError) -> None:
+        super().__init__(f"{cause} (after the batch was appended)", code=cause.code)
+        self.cause = cause
 
 
 PRODUCER_STATE_SCAN_BYTES = 4 * 1024 * 1024
@@ -445,16 +455,22 @@ class Partition:
                 f"member(s), below min.insync.replicas={state.min_insync_replicas}"
             )
         headers = self._check_sequences(records)
-        info = self.log.append_as_leader(
-            records,
-            leader_epoch=state.leader_epoch,
-            now_ms=now_ms,
-            log_append_time=self.settings.log_append_time,
-        )
-        self._record_appended(headers, info.first_offset)
-        self._snapshot_after_roll()
-        if self.settings.fsync:
-            self.log.flush()
+        end_before = self.log.log_end_offset
+        try:
+            info = self.log.append_as_leader(
+                records,
+                leader_epoch=state.leader_epoch,
+                now_ms=now_ms,
+                log_append_time=self.settings.log_append_time,
+            )
+            self._record_appended(headers, info.first_offset)
+            self._snapshot_after_roll()
+            if self.settings.fsync:
+                self.log.flush()
+        except MiniKafkaError as exc:
+            if self.log.log_end_offset != end_before:  # failed after the batch went in
+                raise FailedAfterAppendError(exc) from exc
+            raise
         self._advance_high_watermark()
         self._signal()
         return info

@@ -216,10 +216,17 @@ class AlterPartitionItem(_message.Message):
     PARTITION_EPOCH_FIELD_NUMBER: _builtins.int
     NEW_ISR_FIELD_NUMBER: _builtins.int
     NEW_ISR_WITH_EPOCHS_FIELD_NUMBER: _builtins.int
+    LEADER_MIN_INSYNC_REPLICAS_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     partition: _builtins.int
     leader_epoch: _builtins.int
     partition_epoch: _builtins.int
+    leader_min_insync_replicas: _builtins.int
+    """The min.insync.replicas the leader applies now (0: not given). The controller fills
+    the ELR with the smaller of this and the topic's configured value: after the operator
+    raises the minimum, a leader that has not applied it yet still advances its high
+    watermark on the old one, so a replica it shrinks out then misses committed records.
+    """
     @_builtins.property
     def new_isr(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
     @_builtins.property
@@ -238,10 +245,11 @@ class AlterPartitionItem(_message.Message):
         partition_epoch: _builtins.int = ...,
         new_isr: _abc.Iterable[_builtins.int] | None = ...,
         new_isr_with_epochs: _abc.Iterable[Global___IsrMember] | None = ...,
+        leader_min_insync_replicas: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["leader_epoch", b"leader_epoch", "new_isr", b"new_isr", "new_isr_with_epochs", b"new_isr_with_epochs", "partition", b"partition", "partition_epoch", b"partition_epoch", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["leader_epoch", b"leader_epoch", "leader_min_insync_replicas", b"leader_min_insync_replicas", "new_isr", b"new_isr", "new_isr_with_epochs", b"new_isr_with_epochs", "partition", b"partition", "partition_epoch", b"partition_epoch", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

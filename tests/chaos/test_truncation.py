@@ -352,10 +352,16 @@ def test_r23_power_loss_of_one_broker_on_a_lazy_file_system(
     run.converge_and_check(TOPIC, 2)
 
 
-def every_broker_goes_down(run: Run, flush_policy: str, *, power_loss: bool) -> None:
+def every_broker_goes_down(
+    run: Run, flush_policy: str, *, power_loss: bool, unclean_recovery: bool = False
+) -> None:
     """kill -9 every broker at once (with `power_loss`, each lazy file system then drops
     what its broker had not fsynced: the machines lost power); restart them in a random
-    order, wait for the full ISR and for more acknowledged writes."""
+    order, wait for the full ISR and for more acknowledged writes.
+
+    `unclean_recovery`: no restarted broker can prove it kept its unflushed tail, so each
+    leaves every ISR and ELR and the partitions stay offline (KIP-966) until the
+    operator's unclean election, which this then runs for every partition."""
     start(run, partitions=2, configs={"flush.policy": flush_policy}, lazy_fs=power_loss)
     cluster = run.cluster
     assert cluster is not None
@@ -369,6 +375,12 @@ def every_broker_goes_down(run: Run, flush_policy: str, *, power_loss: bool) -> 
     run.rng.shuffle(order)
     for broker in order:
         cluster.start_broker(broker)
+    if unclean_recovery:
+        cluster.wait_active(len(order))
+        for partition in range(2):
+            leader, epoch, isr = cluster.leader_of(TOPIC, partition)
+            assert leader == -1, f"{TOPIC}-{partition}: {leader} leads (epoch {epoch}, ISR {isr})"
+            assert cluster.elect(TOPIC, partition, "unclean") == ErrorCode.NONE
     cluster.wait_full_isr(TOPIC, 2, timeout_s=90)
     more_acks(run, 20)
 
@@ -389,10 +401,12 @@ def test_r24_power_loss_of_every_broker_without_fsync_loses_acknowledged_writes(
     run: Run, seed: int
 ) -> None:
     """The default flush policy relies on replication, not fsync: when every replica
-    loses power at once, acknowledged records that none had fsynced are gone and their
-    offsets are reused, as the README's flush-policy table says. The checker must see
-    the loss; this is also the nemesis's proof that it really drops unsynced writes."""
-    every_broker_goes_down(run, "none", power_loss=True)
+    loses power at once, acknowledged records that none had fsynced are gone. No replica
+    can prove otherwise, so the partitions stay offline (no leader) until the operator's
+    unclean election; then the loss shows and the offsets are reused, as the README's
+    flush-policy table says. The checker must see the loss; this is also the nemesis's
+    proof that it really drops unsynced writes."""
+    every_broker_goes_down(run, "none", power_loss=True, unclean_recovery=True)
     result = run.converge_and_check(TOPIC, 2, expected=UNCLEAN_EXPECTED)
     assert {"lost-write", "unseen"} & set(result.expected_types), result.to_text()
     print("R24 EXPECTED LOSS (no fsync, every replica lost power):", result.counts)

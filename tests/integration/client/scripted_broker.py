@@ -45,6 +45,8 @@ class ScriptedBroker(broker_pb2_grpc.BrokerServiceServicer):
         self.produce_latency_s = 0.0
         #: ("start" | "end", base sequence) per Produce partition, in order.
         self.produce_events: list[tuple[str, int]] = []
+        #: (partition, "start" | "end") per Produce partition, in order.
+        self.produce_partition_events: list[tuple[int, str]] = []
         #: Answers (code, indefinite) by (partition, producer epoch, base sequence), taken
         #: first to last before `codes_by_sequence` and `produce_codes`.
         self.answers: dict[tuple[int, int, int], list[tuple[int, bool]]] = {}
@@ -92,9 +94,11 @@ class ScriptedBroker(broker_pb2_grpc.BrokerServiceServicer):
         results = []
         sequences = [parse_header(part.records).base_sequence for part in request.partitions]
         self.produce_events.extend(("start", seq) for seq in sequences)
+        self.produce_partition_events.extend((p.partition, "start") for p in request.partitions)
         if self.produce_latency_s:
             await asyncio.sleep(self.produce_latency_s)
         self.produce_events.extend(("end", seq) for seq in sequences)
+        self.produce_partition_events.extend((p.partition, "end") for p in request.partitions)
         for part in request.partitions:
             self.produced.append((part.partition, part.records))
             sent = parse_header(part.records)

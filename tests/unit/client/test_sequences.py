@@ -55,14 +55,36 @@ def test_may_send(
     assert t.may_send(TP, sequenced=sequenced, maybe_written=maybe_written) is expected
 
 
-def test_a_plain_producer_always_sends() -> None:
+@pytest.mark.parametrize(
+    ("in_flight", "other_in_flight", "expected"),
+    [
+        pytest.param((), (), True, id="idle"),
+        pytest.param(("b1",), (), False, id="one-batch-on-its-way-holds-the-partition"),
+        pytest.param((), ("b1", "b2"), True, id="other-partitions-do-not-hold-it"),
+        pytest.param(("request",), (), False, id="an-acks-0-request-holds-it-too"),
+    ],
+)
+def test_a_plain_producer_keeps_one_batch_per_partition_in_flight(
+    in_flight: tuple[str, ...], other_in_flight: tuple[str, ...], expected: bool
+) -> None:
+    """Without sequences a later batch could overtake an earlier one on concurrent gRPC
+    calls (found by CI: acks=0 records read out of order)."""
     t = SequenceTracker(enabled=False, max_in_flight=5)
-    for n in range(10):
-        t.sent(TP, n)
+    for key in in_flight:
+        t.sent(TP, key)
+    for key in other_in_flight:
+        t.sent(OTHER, key)
+    assert t.may_send(TP, sequenced=False, maybe_written=False) is expected
+
+
+def test_a_plain_producer_never_needs_a_new_epoch() -> None:
+    t = SequenceTracker(enabled=False, max_in_flight=5)
+    t.sent(TP, "b1")
     t.failed(sequenced=True)
-    assert t.may_send(TP, sequenced=False, maybe_written=False)
+    t.answered(TP, "b1")
     assert not t.bump_pending
     assert not t.any_in_flight()
+    assert t.may_send(TP, sequenced=False, maybe_written=False)
 
 
 def test_sequences_are_per_partition_and_wrap() -> None:

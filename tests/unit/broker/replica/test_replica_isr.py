@@ -586,6 +586,7 @@ def test_propose_isr_change(
         partition_epoch=7,
         new_isr=new_isr,
         new_isr_with_epochs=epochs,
+        leader_min_insync_replicas=2,  # the leader's own minimum, for the controller's ELR
     )
     assert pending_alter_partition(after) == item
 
