@@ -298,6 +298,11 @@ def broker(
         )
     if standalone and controller:
         fail("--standalone and --controller exclude each other")
+    if standalone and authorizer:
+        fail(
+            "--authorizer needs a controller: ACLs live in its metadata log, and a standalone "
+            "broker has none"
+        )
     setup_logging(log_level)
     config = BrokerConfig(
         broker_id=broker_id,

@@ -20,6 +20,7 @@ from client import Admin, Consumer, NewTopic, Producer
 from client.errors import NoBrokersAvailable
 from minikafka.v1 import broker_pb2, broker_pb2_grpc
 from minikafka_cli.dev_certs import CertPaths, make_ca, make_certificate
+from tests.integration.test_cli import mk
 from tests.support.cluster import Cluster
 from tests.support.processes import free_port, server_channel, standalone_broker_process
 
@@ -219,3 +220,34 @@ def test_spark_reader_passes_tls_through(tls_cluster: Cluster, certs: Certs) -> 
             for value in columns.values
         ]
     assert values == [b"a", b"b", b"c"]
+
+
+CLUSTER_MODE = ["--controller", "127.0.0.1:1"]
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        pytest.param(
+            [*CLUSTER_MODE, "--tls-cert", "x.crt"], "missing --tls-key, --tls-ca", id="partial"
+        ),
+        pytest.param(
+            [*CLUSTER_MODE, "--authorizer", "--ssl-principal-mapping-rules", "RULE:^(.*)$/$2/"],
+            "has 1 group",
+            id="bad-mapping-rule",
+        ),
+        pytest.param(
+            [*CLUSTER_MODE, "--authorizer", "--super-users", "alice"],
+            "User:NAME",
+            id="bad-super-user",
+        ),
+        pytest.param(
+            ["--standalone", "--authorizer"], "--authorizer needs a controller", id="standalone"
+        ),
+    ],
+)
+def test_bad_security_flags_are_refused(tmp_path: Path, flags: list[str], message: str) -> None:
+    base = ["broker", "--id", "1", "--listen", "127.0.0.1:0", "--data-dir", str(tmp_path)]
+    result = mk(*base, *flags, check=False)
+    assert result.returncode != 0
+    assert message in result.stderr
