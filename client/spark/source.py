@@ -24,6 +24,8 @@ from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
     DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
     InputPartition,
 )
 from pyspark.sql.streaming.datasource import (
@@ -51,6 +53,7 @@ from client.spark.offsets import (
 )
 from client.spark.options import SourceOptions, parse_options
 from client.spark.schema import spark_schema, to_record_batch
+from client.spark.sink import make_stream_writer, make_writer
 from client.spark.wire import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, ClusterSnapshot, WireReader
 
 logger = logging.getLogger(__name__)
@@ -295,7 +298,9 @@ class MiniKafkaBatchReader(DataSourceReader):
 
 
 class MiniKafkaDataSource(DataSource):
-    """Register with `spark.dataSource.register(MiniKafkaDataSource)`; format `minikafka`."""
+    """Register with `spark.dataSource.register(MiniKafkaDataSource)`; format `minikafka`
+    for reads (`spark.read`, `spark.readStream`) and writes (`df.write`, `df.writeStream`,
+    see `client.spark.sink`)."""
 
     @classmethod
     def name(cls) -> str:
@@ -314,3 +319,9 @@ class MiniKafkaDataSource(DataSource):
         options = parse_options(self.options, streaming=True)
         _check_schema(schema, options)
         return MiniKafkaStreamReader(options)
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        return make_writer(self.options, schema, overwrite)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        return make_stream_writer(self.options, schema, overwrite)
