@@ -42,16 +42,19 @@ from client.spark.offsets import (
     TP,
     NestedOffsets,
     Offsets,
+    OffsetSpec,
     cap,
     flatten,
     nest,
     plan_ranges,
     rate_limit,
     resolve_spec,
+    resolve_timestamps,
     split_ranges,
+    timestamps_to_look_up,
     total_lag,
 )
-from client.spark.options import SourceOptions, parse_options
+from client.spark.options import DEFAULT_FETCH, FetchConfig, SourceOptions, parse_options
 from client.spark.schema import spark_schema, to_record_batch
 from client.spark.sink import make_stream_writer, make_writer
 from client.spark.wire import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, ClusterSnapshot, WireReader
@@ -71,11 +74,12 @@ class TopicPartitionRange(InputPartition):
     include_headers: bool
     fail_on_data_loss: bool
     timeout_ms: int
+    fetch: FetchConfig = DEFAULT_FETCH
 
 
 def read_range(part: TopicPartitionRange) -> Iterator[pa.RecordBatch]:
     """Arrow record batches of exactly the records `[part.start, part.end)` (executor side)."""
-    with WireReader(part.bootstrap_servers, timeout_ms=part.timeout_ms) as wire:
+    with WireReader(part.bootstrap_servers, timeout_ms=part.timeout_ms, fetch=part.fetch) as wire:
         for columns in wire.fetch_range(
             part.topic,
             part.partition,
@@ -116,7 +120,9 @@ class _Planner:
     def wire(self) -> WireReader:
         if self._wire is None:
             self._wire = WireReader(
-                self.options.bootstrap_servers, timeout_ms=self.options.poll_timeout_ms
+                self.options.bootstrap_servers,
+                timeout_ms=self.options.poll_timeout_ms,
+                fetch=self.options.fetch,
             )
         return self._wire
 
@@ -141,12 +147,34 @@ class _Planner:
     def resolve_start(self) -> Offsets:
         tps = self.partitions(self.wire.refresh())
         spec = self.options.starting
+        if spec.kind == "timestamp":
+            return self.by_timestamp(
+                spec, tps, no_match=self.options.starting_no_match, option="startingTimestamp"
+            )
         return resolve_spec(
             spec,
             tps,
             earliest=self.earliest(tps) if spec.kind != "latest" else {},
             latest=self.latest(tps) if spec.kind != "earliest" else {},
             option="startingOffsets",
+        )
+
+    def by_timestamp(
+        self, spec: OffsetSpec, tps: Sequence[TP], *, no_match: str, option: str
+    ) -> Offsets:
+        """Offsets of a timestamp spec: per partition the first offset whose record is
+        at least that recent (ListOffsets by timestamp), `no_match` where none is."""
+        times = timestamps_to_look_up(spec, tps, option=option)
+        found: Offsets = {}
+        for timestamp_ms in sorted(set(times.values())):
+            found.update(
+                self.wire.list_offsets(
+                    [tp for tp, t in times.items() if t == timestamp_ms], timestamp_ms
+                )
+            )
+        latest = self.latest(sorted(tp for tp, offset in found.items() if offset < 0))
+        return resolve_timestamps(
+            found, times=times, latest=latest, no_match=no_match, option=option
         )
 
     def input_partitions(self, start: Offsets, end: Offsets) -> list[TopicPartitionRange]:
@@ -167,8 +195,9 @@ class _Planner:
                 include_headers=options.include_headers,
                 fail_on_data_loss=options.fail_on_data_loss,
                 timeout_ms=options.poll_timeout_ms,
+                fetch=options.fetch,
             )
-            for r in split_ranges(ranges, options.min_partitions)
+            for r in split_ranges(ranges, options.min_partitions, options.max_records_per_partition)
         ]
 
     def data_loss(self, message: str) -> None:
@@ -273,9 +302,12 @@ class MiniKafkaBatchReader(DataSourceReader):
             assert self.options.ending is not None
             tps = sorted(start)
             hw = planner.latest(tps)
-            end = resolve_spec(
-                self.options.ending, tps, earliest={}, latest=hw, option="endingOffsets"
-            )
+            ending = self.options.ending
+            if ending.kind == "timestamp":
+                # As Spark's Kafka source: no record that recent ends at the latest offset.
+                end = planner.by_timestamp(ending, tps, no_match="latest", option="endingTimestamp")
+            else:
+                end = resolve_spec(ending, tps, earliest={}, latest=hw, option="endingOffsets")
             past = sorted(tp for tp in tps if end[tp] > hw[tp])
             if past:
                 raise SourceOptionError(
@@ -293,7 +325,10 @@ class MiniKafkaBatchReader(DataSourceReader):
             planner.close()
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, TopicPartitionRange)
+        if not isinstance(partition, TopicPartitionRange):
+            # `partitions()` found nothing to read: Spark then runs one task with a
+            # placeholder `InputPartition(None)`.
+            return iter(())
         return read_range(partition)
 
 

@@ -21,6 +21,7 @@ import msgspec
 from client.spark.decode import Columns, decode_range
 from client.spark.errors import DataLossError, SourceReadError
 from client.spark.offsets import TP, Offsets
+from client.spark.options import DEFAULT_FETCH, FetchConfig
 from minikafka.errors import RETRIABLE_CODES, ErrorCode, code_from_wire
 from minikafka.grpc_options import channel_options
 from minikafka.v1 import broker_pb2, broker_pb2_grpc
@@ -38,10 +39,7 @@ _CONNECTION_CODES: Final = frozenset(
         grpc.StatusCode.UNKNOWN,
     }
 )
-RPC_TIMEOUT_S: Final = 5.0
 METADATA_TIMEOUT_S: Final = 2.0
-FETCH_MAX_WAIT_MS: Final = 500
-FETCH_MAX_BYTES: Final = 4 << 20
 BACKOFF_INITIAL_S: Final = 0.05
 BACKOFF_MAX_S: Final = 1.0
 
@@ -84,11 +82,19 @@ def _is_connection_error(exc: grpc.RpcError) -> bool:
 class WireReader:
     """Synchronous Metadata / ListOffsets / Fetch against a cluster; close() when done."""
 
-    def __init__(self, bootstrap_servers: Sequence[str], *, timeout_ms: int) -> None:
+    def __init__(
+        self,
+        bootstrap_servers: Sequence[str],
+        *,
+        timeout_ms: int,
+        fetch: FetchConfig = DEFAULT_FETCH,
+    ) -> None:
         if not bootstrap_servers:
             raise ValueError("bootstrap_servers is empty")
         self._bootstrap = list(bootstrap_servers)
         self._timeout_s = timeout_ms / 1000
+        self._fetch = fetch
+        self._rpc_timeout_s = fetch.request_timeout_ms / 1000
         self._channels: dict[str, grpc.Channel] = {}
         self._snapshot: ClusterSnapshot | None = None
         self._preferred: str | None = None  # the last address that answered metadata
@@ -147,8 +153,10 @@ class WireReader:
     # ---- list offsets ----------------------------------------------------------------
 
     def list_offsets(self, partitions: Iterable[TP], timestamp_ms: int) -> Offsets:
-        """Log start offsets (`EARLIEST_TIMESTAMP`) or high watermarks (`LATEST_TIMESTAMP`)
-        from each partition's leader, retrying retriable errors within the deadline.
+        """Log start offsets (`EARLIEST_TIMESTAMP`), high watermarks (`LATEST_TIMESTAMP`)
+        or, for a time >= 0 (ms since the epoch), the first committed offset whose record
+        batch is at least that recent (-1 when none is), from each partition's leader,
+        retrying retriable errors within the deadline.
 
         Among them OFFSET_NOT_AVAILABLE: a new leader answers it while its HW is below
         the start of its epoch (KIP-207), so the latest offset never goes back."""
@@ -180,7 +188,7 @@ class WireReader:
                 )
                 try:
                     reply = self._stub(snapshot.brokers[leader]).ListOffsets(
-                        request, timeout=RPC_TIMEOUT_S
+                        request, timeout=self._rpc_timeout_s
                     )
                 except grpc.RpcError as exc:
                     if not _is_connection_error(exc):
@@ -226,6 +234,7 @@ class WireReader:
         `DataLossError`, or log and skip them when `fail_on_data_loss` is false.
         """
         tp = (topic, partition)
+        fetch = self._fetch
         offset = start
         deadline = time.monotonic() + self._timeout_s
         backoff = _Backoff()
@@ -247,9 +256,9 @@ class WireReader:
             try:
                 reply = self._stub(snapshot.brokers[info.leader]).Fetch(
                     broker_pb2.FetchRequest(
-                        max_wait_ms=FETCH_MAX_WAIT_MS,
+                        max_wait_ms=fetch.fetch_max_wait_ms,
                         min_bytes=1,
-                        max_bytes=FETCH_MAX_BYTES,
+                        max_bytes=fetch.fetch_max_bytes,
                         partitions=[
                             broker_pb2.FetchPartition(
                                 topic=topic,
@@ -257,11 +266,11 @@ class WireReader:
                                 fetch_offset=offset,
                                 current_leader_epoch=info.leader_epoch,
                                 last_fetched_epoch=-1,
-                                partition_max_bytes=FETCH_MAX_BYTES,
+                                partition_max_bytes=fetch.max_partition_fetch_bytes,
                             )
                         ],
                     ),
-                    timeout=RPC_TIMEOUT_S + FETCH_MAX_WAIT_MS / 1000,
+                    timeout=self._rpc_timeout_s + fetch.fetch_max_wait_ms / 1000,
                 )
             except grpc.RpcError as exc:
                 if not _is_connection_error(exc):
@@ -284,7 +293,7 @@ class WireReader:
                         out_of_range_seen = False
                         continue
                 # Nothing committed at `offset` on this leader yet (a new leader learns
-                # the HW from its followers): the fetch long-polled for FETCH_MAX_WAIT_MS
+                # the HW from its followers): the fetch long-polled for fetch_max_wait_ms
                 # already; check the leader is still current and ask again.
                 last_problem = (
                     f"leader {info.leader} has high watermark {part.high_watermark}, "

@@ -1,0 +1,129 @@
+"""Source options of issue 24 (Deliver 2) against a real cluster: offsets by timestamp,
+maxRecordsPerPartition, and `kafka.*` consumer settings."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from tests.spark.conftest import bootstrap, produce_values, run_available_now, stream_options
+from tests.support.cluster import Cluster
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(240)]
+
+#: Three record batches per partition, one second apart (offsets 0-3, 4-7, 8-11).
+T0 = 1_700_000_000_000
+
+
+def produce_three_seconds(cluster: Cluster, topic: str, partitions: int) -> None:
+    for partition in range(partitions):
+        for second in range(3):
+            produce_values(
+                cluster,
+                topic,
+                [b"p%d-s%d-%d" % (partition, second, i) for i in range(4)],
+                partition=partition,
+                timestamp_ms=T0 + second * 1000,
+            )
+
+
+def batch_read(spark: SparkSession, cluster: Cluster, topic: str, **options: str) -> Any:
+    return (
+        spark.read.format("minikafka")
+        .option("kafka.bootstrap.servers", bootstrap(cluster))
+        .option("subscribe", topic)
+        .options(**options)
+        .load()
+    )
+
+
+def offsets_of(rows: list[Any]) -> list[tuple[int, int]]:
+    return sorted((r.partition, r.offset) for r in rows)
+
+
+def test_offsets_by_timestamp(spark: SparkSession, cluster: Cluster, tmp_path: Path) -> None:
+    topic = "bytime"
+    cluster.create_topic(topic, partitions=2, rf=3)
+    produce_three_seconds(cluster, topic, 2)
+
+    # One time for every partition: from the second batch up to (not including) the third.
+    rows = batch_read(
+        spark,
+        cluster,
+        topic,
+        startingTimestamp=str(T0 + 1000),
+        endingTimestamp=str(T0 + 2000),
+    ).collect()
+    assert offsets_of(rows) == [(p, o) for p in range(2) for o in range(4, 8)]
+
+    # One time per partition; a time past every record ends at the latest offset.
+    rows = batch_read(
+        spark,
+        cluster,
+        topic,
+        startingOffsetsByTimestamp=json.dumps({topic: {"0": T0, "1": T0 + 1500}}),
+        endingOffsetsByTimestamp=json.dumps({topic: {"0": T0 + 500, "1": T0 + 99_000}}),
+    ).collect()
+    assert offsets_of(rows) == [(0, o) for o in range(4)] + [(1, o) for o in range(8, 12)]
+
+    # No record that recent: fail naming the partitions, or start at the end.
+    with pytest.raises(Exception, match=rf"no record at or after the given time in {topic}-0"):
+        batch_read(spark, cluster, topic, startingTimestamp=str(T0 + 99_000)).collect()
+    rows = batch_read(
+        spark,
+        cluster,
+        topic,
+        startingTimestamp=str(T0 + 99_000),
+        startingOffsetsByTimestampStrategy="latest",
+    ).collect()
+    assert rows == []
+
+    # A stream starting at a time.
+    options = stream_options(cluster, topic, startingTimestamp=str(T0 + 2000))
+    del options["startingOffsets"]
+    streamed = [r for b in run_available_now(spark, options, tmp_path / "ckpt") for r in b]
+    assert offsets_of(streamed) == [(p, o) for p in range(2) for o in range(8, 12)]
+
+
+def test_max_records_per_partition_splits_tasks(spark: SparkSession, cluster: Cluster) -> None:
+    topic = "maxrecords"
+    cluster.create_topic(topic, partitions=2, rf=3)
+    produce_values(cluster, topic, [b"a%d" % i for i in range(10)], partition=0)
+    produce_values(cluster, topic, [b"b%d" % i for i in range(3)], partition=1)
+    df = batch_read(spark, cluster, topic, maxRecordsPerPartition="4")
+    assert df.rdd.getNumPartitions() == 4  # 10 -> 4 + 3 + 3, 3 -> 3
+    rows = df.collect()
+    assert offsets_of(rows) == [(0, o) for o in range(10)] + [(1, o) for o in range(3)]
+    df = batch_read(spark, cluster, topic, maxRecordsPerPartition="4", minPartitions="8")
+    assert df.rdd.getNumPartitions() >= 8
+    assert offsets_of(df.collect()) == offsets_of(rows)
+
+
+def test_kafka_consumer_settings_reach_the_reader(spark: SparkSession, cluster: Cluster) -> None:
+    topic = "consumerconf"
+    cluster.create_topic(topic, rf=3)
+    for chunk in range(5):
+        produce_values(cluster, topic, [b"x" * 100 + b"%d" % (chunk * 10 + i) for i in range(10)])
+    # A fetch that holds about one record batch: the reader still reads everything,
+    # a batch at a time.
+    rows = batch_read(
+        spark,
+        cluster,
+        topic,
+        **{
+            "kafka.max.partition.fetch.bytes": "64",
+            "kafka.fetch.max.bytes": "64",
+            "kafka.fetch.max.wait.ms": "10",
+            "kafka.request.timeout.ms": "3000",
+            "kafka.group.id": "ignored",
+        },
+    ).collect()
+    assert [r.offset for r in sorted(rows, key=lambda r: r.offset)] == list(range(50))
+    with pytest.raises(Exception, match=r"unknown option 'kafka\.max\.poll\.records'"):
+        batch_read(spark, cluster, topic, **{"kafka.max.poll.records": "5"}).collect()
