@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any, Final, TypeAlias
 
@@ -336,6 +337,44 @@ def rate_limit(start: Mapping[TP, int], latest: Mapping[TP, int], max_rows: int)
         step = math.ceil(prorate) if prorate < 1 else math.floor(prorate)
         out[tp] = min(until, begin + step)
     return out
+
+
+_DURATION_UNITS_MS: Final = {
+    "us": 0.001,
+    "ms": 1,
+    "s": 1000,
+    "m": 60_000,
+    "min": 60_000,
+    "h": 3_600_000,
+    "d": 86_400_000,
+}
+
+
+def parse_duration_ms(text: str, *, option: str) -> int:
+    """A Spark duration (`"15m"`, `"30s"`, `"500ms"`, `"2h"`; a bare number is ms)."""
+    found = re.fullmatch(r"\s*(\d+)\s*([a-z]*)\s*", text.lower())
+    if found is None or found.group(2) not in ("", *_DURATION_UNITS_MS):
+        raise SourceOptionError(
+            f"{option} must be a duration like '15m', '30s' or '500ms', got {text!r}"
+        )
+    number, unit = found.groups()
+    return int(int(number) * _DURATION_UNITS_MS[unit or "ms"])
+
+
+def delay_batch(
+    *,
+    new_records: int,
+    min_records: int,
+    now_ms: float,
+    last_trigger_ms: float | None,
+    max_delay_ms: int,
+) -> bool:
+    """`minOffsetsPerTrigger` as in Spark's Kafka source: skip this trigger while fewer
+    than `min_records` records are new, unless `max_delay_ms` has passed since the last
+    batch that ran (`last_trigger_ms`; None: none ran yet, so the first one runs)."""
+    if new_records >= min_records or last_trigger_ms is None:
+        return False
+    return now_ms - last_trigger_ms < max_delay_ms
 
 
 # ---- planning ------------------------------------------------------------------------

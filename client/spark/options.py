@@ -19,6 +19,7 @@ from client.spark.errors import SourceOptionError
 from client.spark.offsets import (
     TP,
     OffsetSpec,
+    parse_duration_ms,
     parse_offset_spec,
     parse_timestamp,
     parse_timestamps_by_partition,
@@ -27,6 +28,8 @@ from client.spark.offsets import (
 logger = logging.getLogger(__name__)
 
 DEFAULT_POLL_TIMEOUT_MS: Final = 120_000
+#: `maxTriggerDelay` unless given (Spark's default, 15 minutes).
+DEFAULT_MAX_TRIGGER_DELAY_MS: Final = 15 * 60_000
 
 #: Option names we understand, lower-cased (Spark's options are case-insensitive).
 _KNOWN: Final = frozenset(
@@ -49,6 +52,8 @@ _KNOWN: Final = frozenset(
         "endingtimestamp",
         "endingoffsetsbytimestamp",
         "maxrecordsperpartition",
+        "minoffsetspertrigger",
+        "maxtriggerdelay",
     }
 )
 #: `kafka.<name>` consumer settings the source's reader uses -> (field of
@@ -111,6 +116,10 @@ class SourceOptions(msgspec.Struct, frozen=True, kw_only=True):
     #: recent as the starting time.
     starting_no_match: str = "error"
     max_records_per_partition: int | None = None
+    #: `minOffsetsPerTrigger`: skip triggers with fewer new records, for at most
+    #: `max_trigger_delay_ms` since the last batch.
+    min_offsets_per_trigger: int | None = None
+    max_trigger_delay_ms: int = DEFAULT_MAX_TRIGGER_DELAY_MS
     fetch: FetchConfig = DEFAULT_FETCH
 
     def matches(self, topic: str) -> bool:
@@ -187,6 +196,7 @@ def valid_option_names() -> str:
         "assign, startingOffsets, startingTimestamp, startingOffsetsByTimestamp, "
         "startingOffsetsByTimestampStrategy, endingOffsets, endingTimestamp, "
         "endingOffsetsByTimestamp, failOnDataLoss, includeHeaders, maxOffsetsPerTrigger, "
+        "minOffsetsPerTrigger, maxTriggerDelay, "
         "minPartitions, maxRecordsPerPartition, kafkaConsumer.pollTimeoutMs, "
         + ", ".join(f"kafka.{name}" for name in CONSUMER_OPTIONS)
         + ", kafka.group.id (ignored)"
@@ -312,8 +322,23 @@ def parse_options(raw: Mapping[str, str], *, streaming: bool) -> SourceOptions:
         raise SourceOptionError(
             f"{', '.join(ending_given)} is only for batch queries (spark.read); a stream has no end"
         )
-    if "maxoffsetspertrigger" in options and not streaming:
-        raise SourceOptionError("maxOffsetsPerTrigger is only for streaming queries")
+    for name in ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay"):
+        if name.lower() in options and not streaming:
+            raise SourceOptionError(f"{name} is only for streaming queries")
+    min_offsets = _positive_int(options, "minOffsetsPerTrigger")
+    max_offsets = _positive_int(options, "maxOffsetsPerTrigger")
+    if min_offsets is not None and max_offsets is not None and min_offsets > max_offsets:
+        raise SourceOptionError(
+            f"minOffsetsPerTrigger ({min_offsets}) must not exceed maxOffsetsPerTrigger "
+            f"({max_offsets})"
+        )
+    if "maxtriggerdelay" in options and min_offsets is None:
+        raise SourceOptionError("maxTriggerDelay needs minOffsetsPerTrigger")
+    max_delay_ms = (
+        parse_duration_ms(options["maxtriggerdelay"], option="maxTriggerDelay")
+        if "maxtriggerdelay" in options
+        else DEFAULT_MAX_TRIGGER_DELAY_MS
+    )
     strategy = options.get("startingoffsetsbytimestampstrategy", "error").strip().lower()
     if strategy not in ("error", "latest"):
         raise SourceOptionError(
@@ -330,10 +355,12 @@ def parse_options(raw: Mapping[str, str], *, streaming: bool) -> SourceOptions:
         ending=None if streaming else _ending_spec(options),
         fail_on_data_loss=_bool(options, "failOnDataLoss", True),
         include_headers=_bool(options, "includeHeaders", False),
-        max_offsets_per_trigger=_positive_int(options, "maxOffsetsPerTrigger"),
+        max_offsets_per_trigger=max_offsets,
         min_partitions=_positive_int(options, "minPartitions"),
         poll_timeout_ms=timeout_ms if timeout_ms is not None else DEFAULT_POLL_TIMEOUT_MS,
         starting_no_match=strategy,
         max_records_per_partition=_positive_int(options, "maxRecordsPerPartition"),
+        min_offsets_per_trigger=min_offsets,
+        max_trigger_delay_ms=max_delay_ms,
         fetch=FetchConfig(**fetch),
     )

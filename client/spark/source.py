@@ -15,7 +15,8 @@ picklable `TopicPartitionRange`, and gRPC channels are opened lazily where used.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator, Sequence
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +45,7 @@ from client.spark.offsets import (
     Offsets,
     OffsetSpec,
     cap,
+    delay_batch,
     flatten,
     nest,
     plan_ranges,
@@ -60,6 +62,10 @@ from client.spark.sink import make_stream_writer, make_writer
 from client.spark.wire import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, ClusterSnapshot, WireReader
 
 logger = logging.getLogger(__name__)
+
+
+def monotonic_ms() -> float:
+    return time.monotonic() * 1000
 
 
 @dataclass(frozen=True)
@@ -216,6 +222,9 @@ class MiniKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._known: set[TP] = set()  # every partition whose offsets went to Spark
         self._last_hw: Offsets = {}
         self._target: Offsets | None = None  # Trigger.AvailableNow: never read past this
+        self._last_trigger_ms: float | None = None  # minOffsetsPerTrigger: last batch run
+        #: Monotonic milliseconds (tests may replace it).
+        self.clock: Callable[[], float] = monotonic_ms
 
     # -- driver side ---------------------------------------------------------------------
 
@@ -223,7 +232,13 @@ class MiniKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return nest(self._planner.resolve_start())
 
     def getDefaultReadLimit(self) -> ReadLimit:
-        limit = self.options.max_offsets_per_trigger
+        """One limit only (Python has no composite limit): with `minOffsetsPerTrigger`
+        it is `ReadMinRows`, and `latestOffset` applies `maxOffsetsPerTrigger` and
+        `maxTriggerDelay` itself."""
+        options = self.options
+        if options.min_offsets_per_trigger:
+            return ReadMinRows(options.min_offsets_per_trigger)
+        limit = options.max_offsets_per_trigger
         return ReadMaxRows(limit) if limit else ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
@@ -235,12 +250,26 @@ class MiniKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         latest = cap(self._high_watermarks(begin), self._target)
         for tp, offset in begin.items():
             latest[tp] = max(latest.get(tp, offset), offset)  # never behind the start
+        max_rows: int | None = None
         if isinstance(limit, ReadMaxRows):
+            max_rows = limit.max_rows
+        elif isinstance(limit, ReadMinRows):
+            now_ms = self.clock()
+            if delay_batch(
+                new_records=total_lag(begin, latest),
+                min_records=limit.min_rows,
+                now_ms=now_ms,
+                last_trigger_ms=self._last_trigger_ms,
+                max_delay_ms=self.options.max_trigger_delay_ms,
+            ):
+                self._known.update(begin)
+                return nest(begin)
+            self._last_trigger_ms = now_ms
+            max_rows = self.options.max_offsets_per_trigger
+        if max_rows is not None:
             new = sorted(tp for tp in latest if tp not in begin)
             effective = {**self._planner.earliest(new), **begin}
-            latest = rate_limit(effective, latest, limit.max_rows)
-        elif isinstance(limit, ReadMinRows) and total_lag(begin, latest) < limit.min_rows:
-            latest = {**latest, **begin}
+            latest = rate_limit(effective, latest, max_rows)
         self._known.update(latest)
         return nest(latest)
 

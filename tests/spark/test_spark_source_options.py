@@ -4,13 +4,14 @@ maxRecordsPerPartition, and `kafka.*` consumer settings."""
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from tests.spark.conftest import bootstrap, produce_values, run_available_now, stream_options
-from tests.support.cluster import Cluster
+from tests.support.cluster import Cluster, wait_until
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -127,3 +128,51 @@ def test_kafka_consumer_settings_reach_the_reader(spark: SparkSession, cluster: 
     assert [r.offset for r in sorted(rows, key=lambda r: r.offset)] == list(range(50))
     with pytest.raises(Exception, match=r"unknown option 'kafka\.max\.poll\.records'"):
         batch_read(spark, cluster, topic, **{"kafka.max.poll.records": "5"}).collect()
+
+
+def test_min_offsets_per_trigger_holds_small_batches_back(
+    spark: SparkSession, cluster: Cluster, tmp_path: Path
+) -> None:
+    topic = "minoffsets"
+    cluster.create_topic(topic, rf=3)
+    produce_values(cluster, topic, [b"a%d" % i for i in range(5)])
+    batches: list[list[Any]] = []
+    lock = threading.Lock()
+
+    def collect(df: Any, batch_id: int) -> None:
+        rows = df.collect()
+        with lock:
+            batches.append(rows)
+
+    def batch_sizes() -> list[int]:
+        with lock:
+            return [len(b) for b in batches]
+
+    # Every trigger reports progress, so triggers that were held back can be counted.
+    spark.conf.set("spark.sql.streaming.noDataProgressEventInterval", "0")
+    options = stream_options(cluster, topic, minOffsetsPerTrigger="10", maxTriggerDelay="10m")
+    query = (
+        spark.readStream.format("minikafka")
+        .options(**options)
+        .load()
+        .writeStream.foreachBatch(collect)
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(processingTime="100 milliseconds")
+        .start()
+    )
+    try:
+        # The first trigger runs whatever it finds (as Spark's Kafka source).
+        wait_until(lambda: batch_sizes() == [5], timeout_s=120, what="the first batch")
+        produce_values(cluster, topic, [b"b%d" % i for i in range(4)])
+        seen = len(query.recentProgress)
+        wait_until(
+            lambda: len(query.recentProgress) >= seen + 5, timeout_s=60, what="5 more triggers"
+        )
+        assert batch_sizes() == [5], "4 new records < minOffsetsPerTrigger=10 must wait"
+        produce_values(cluster, topic, [b"c%d" % i for i in range(6)])
+        wait_until(lambda: len(batch_sizes()) == 2, timeout_s=60, what="the second batch")
+        assert batch_sizes() == [5, 10]
+        assert query.exception() is None
+    finally:
+        query.stop()
+        spark.conf.unset("spark.sql.streaming.noDataProgressEventInterval")

@@ -15,8 +15,10 @@ from client.spark.offsets import (
     OffsetRange,
     OffsetSpec,
     canonical,
+    delay_batch,
     flatten,
     nest,
+    parse_duration_ms,
     parse_offset_spec,
     parse_timestamp,
     parse_timestamps_by_partition,
@@ -329,3 +331,49 @@ def test_resolve_spec_refuses_a_timestamp_spec() -> None:
         resolve_spec(
             OffsetSpec(kind="timestamp", timestamp_ms=1), [], earliest={}, latest={}, option="x"
         )
+
+
+@pytest.mark.parametrize(
+    ("text", "expected_ms"),
+    [
+        ("15m", 900_000),
+        ("30s", 30_000),
+        ("500ms", 500),
+        ("250", 250),
+        (" 2h ", 7_200_000),
+        ("1d", 86_400_000),
+        ("3min", 180_000),
+    ],
+)
+def test_parse_duration_ms(text: str, expected_ms: int) -> None:
+    assert parse_duration_ms(text, option="maxTriggerDelay") == expected_ms
+
+
+@pytest.mark.parametrize("text", ["", "soon", "-5s", "5 weeks", "1.5s"])
+def test_parse_duration_ms_rejects(text: str) -> None:
+    with pytest.raises(SourceOptionError, match="maxTriggerDelay must be a duration"):
+        parse_duration_ms(text, option="maxTriggerDelay")
+
+
+@pytest.mark.parametrize(
+    ("new_records", "now_ms", "last_trigger_ms", "delayed"),
+    [
+        (10, 1_000, 900, False),  # enough records
+        (3, 1_000, None, False),  # the first trigger always runs (as Spark)
+        (3, 1_000, 500, True),  # too few, delay not yet over
+        (3, 1_600, 500, False),  # too few, but maxTriggerDelay has passed
+        (3, 1_499, 500, True),  # one ms short of the delay
+    ],
+    ids=["enough", "first", "wait", "delay-over", "just-before"],
+)
+def test_delay_batch(
+    new_records: int, now_ms: float, last_trigger_ms: float | None, delayed: bool
+) -> None:
+    got = delay_batch(
+        new_records=new_records,
+        min_records=10,
+        now_ms=now_ms,
+        last_trigger_ms=last_trigger_ms,
+        max_delay_ms=1_000,
+    )
+    assert got is delayed

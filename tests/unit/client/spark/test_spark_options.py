@@ -6,7 +6,12 @@ import pytest
 
 from client.spark.errors import SourceOptionError
 from client.spark.offsets import OffsetSpec
-from client.spark.options import DEFAULT_POLL_TIMEOUT_MS, FetchConfig, parse_options
+from client.spark.options import (
+    DEFAULT_MAX_TRIGGER_DELAY_MS,
+    DEFAULT_POLL_TIMEOUT_MS,
+    FetchConfig,
+    parse_options,
+)
 
 BASE = {"kafka.bootstrap.servers": "127.0.0.1:9092"}
 
@@ -206,3 +211,38 @@ def test_unknown_option_error_lists_the_valid_ones() -> None:
         "kafka.fetch.max.bytes",
     ):
         assert name in message
+
+
+def test_min_offsets_per_trigger_and_max_trigger_delay() -> None:
+    got = parse_options(
+        {**BASE, "subscribe": "t", "minOffsetsPerTrigger": "100", "maxOffsetsPerTrigger": "500"},
+        streaming=True,
+    )
+    assert got.min_offsets_per_trigger == 100
+    assert got.max_trigger_delay_ms == DEFAULT_MAX_TRIGGER_DELAY_MS == 900_000
+    got = parse_options(
+        {**BASE, "subscribe": "t", "minOffsetsPerTrigger": "1", "maxTriggerDelay": "30s"},
+        streaming=True,
+    )
+    assert got.max_trigger_delay_ms == 30_000
+
+
+@pytest.mark.parametrize(
+    ("extra", "streaming", "match"),
+    [
+        ({"minOffsetsPerTrigger": "5"}, False, "minOffsetsPerTrigger is only for streaming"),
+        (
+            {"minOffsetsPerTrigger": "9", "maxOffsetsPerTrigger": "5"},
+            True,
+            r"\(9\) must not exceed",
+        ),
+        ({"maxTriggerDelay": "5m"}, True, "maxTriggerDelay needs minOffsetsPerTrigger"),
+        ({"minOffsetsPerTrigger": "5", "maxTriggerDelay": "later"}, True, "must be a duration"),
+    ],
+    ids=["min-in-batch", "min-above-max", "delay-alone", "bad-delay"],
+)
+def test_min_offsets_options_are_checked(
+    extra: dict[str, str], streaming: bool, match: str
+) -> None:
+    with pytest.raises(SourceOptionError, match=match):
+        parse_options({**BASE, "subscribe": "t", **extra}, streaming=streaming)
