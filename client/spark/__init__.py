@@ -28,6 +28,7 @@ from client.spark.errors import (
     SourceOptionError,
     SourceReadError,
 )
+from client.spark.progress import source_metrics
 from client.spark.sink import MiniKafkaStreamWriter, MiniKafkaWriter, SinkCommitMessage
 from client.spark.source import (
     MiniKafkaBatchReader,
@@ -49,4 +50,5 @@ __all__ = [
     "SourceOptionError",
     "SourceReadError",
     "TopicPartitionRange",
+    "source_metrics",
 ]

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from client.spark.progress import source_metrics
 from tests.spark.conftest import bootstrap, produce_values, run_available_now, stream_options
 from tests.support.cluster import Cluster, wait_until
 
@@ -176,3 +177,37 @@ def test_min_offsets_per_trigger_holds_small_batches_back(
     finally:
         query.stop()
         spark.conf.unset("spark.sql.streaming.noDataProgressEventInterval")
+
+
+def test_progress_gives_spark_kafka_source_metrics(
+    spark: SparkSession, cluster: Cluster, tmp_path: Path
+) -> None:
+    topic = "progressmetrics"
+    cluster.create_topic(topic, partitions=2, rf=3)
+    produce_values(cluster, topic, [b"a%d" % i for i in range(10)], partition=0)
+    produce_values(cluster, topic, [b"b%d" % i for i in range(2)], partition=1)
+    query = (
+        spark.readStream.format("minikafka")
+        .options(**stream_options(cluster, topic, maxOffsetsPerTrigger="4"))
+        .load()
+        .writeStream.foreachBatch(lambda df, batch_id: df.count())
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    try:
+        assert query.awaitTermination(120), "AvailableNow query did not finish"
+        progress = [p for p in query.recentProgress if p["numInputRows"] > 0]
+    finally:
+        query.stop()
+    metrics = [source_metrics(p["sources"][0]) for p in progress]
+    # Lags 10 and 2 prorated over 4 rows a batch (Spark's rule): the batches end at
+    # {0: 3, 1: 1}, {0: 6, 1: 2}, {0: 10, 1: 2}.
+    assert [m["maxOffsetsBehindLatest"] for m in metrics] == ["7", "4", "0"]
+    assert [m["minOffsetsBehindLatest"] for m in metrics] == ["1", "0", "0"]
+    assert metrics[0]["avgOffsetsBehindLatest"] == "4.0"
+    assert metrics[-1] == {
+        "minOffsetsBehindLatest": "0",
+        "maxOffsetsBehindLatest": "0",
+        "avgOffsetsBehindLatest": "0.0",
+    }
