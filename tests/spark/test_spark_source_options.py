@@ -186,11 +186,15 @@ def test_progress_gives_spark_kafka_source_metrics(
     cluster.create_topic(topic, partitions=2, rf=3)
     produce_values(cluster, topic, [b"a%d" % i for i in range(10)], partition=0)
     produce_values(cluster, topic, [b"b%d" % i for i in range(2)], partition=1)
+
+    def count_rows(df: Any, batch_id: int) -> None:
+        df.count()
+
     query = (
         spark.readStream.format("minikafka")
         .options(**stream_options(cluster, topic, maxOffsetsPerTrigger="4"))
         .load()
-        .writeStream.foreachBatch(lambda df, batch_id: df.count())
+        .writeStream.foreachBatch(count_rows)
         .option("checkpointLocation", str(tmp_path / "ckpt"))
         .trigger(availableNow=True)
         .start()
