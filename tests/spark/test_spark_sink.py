@@ -6,6 +6,7 @@ One SparkSession and one cluster are shared (see conftest); each test has its ow
 from __future__ import annotations
 
 import collections
+import importlib.util
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -184,3 +185,39 @@ def test_streaming_topic_to_topic_survives_a_broker_kill(
     assert set(counts) == set(expected)
     cluster.wait_isr(sink, 0, sorted(cluster.brokers))
     cluster.wait_isr(sink, 1, sorted(cluster.brokers))
+
+
+def load_example(name: str) -> Any:
+    path = Path(__file__).resolve().parents[2] / "examples" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"examples_{name}", path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_example_topic_pipeline_counts_keys_into_a_topic(
+    spark: SparkSession, cluster: Cluster, tmp_path: Path
+) -> None:
+    pipeline = load_example("topic_pipeline")
+    cluster.create_topic("clicks", partitions=2, rf=3)
+    cluster.create_topic("click-counts", partitions=2, rf=3)
+    for key, count in ((b"alice", 3), (b"bob", 2)):
+        produce_values(cluster, "clicks", [b"x"] * count, key=key)
+    produce_values(cluster, "clicks", [b"y"], partition=1)  # no key
+    options = {
+        "bootstrap": bootstrap(cluster),
+        "input_topic": "clicks",
+        "output_topic": "click-counts",
+        "checkpoint": tmp_path / "ckpt",
+        "available_now": True,
+    }
+    query = pipeline.start_pipeline(spark, **options)
+    assert query.awaitTermination(120), "the pipeline did not finish"
+    produce_values(cluster, "clicks", [b"z"], key=b"bob")
+    query = pipeline.start_pipeline(spark, **options)  # resumes from its checkpoint
+    assert query.awaitTermination(120), "the restarted pipeline did not finish"
+    rows = sorted(read_topic(spark, cluster, "click-counts"), key=lambda r: r.offset)
+    latest = {r.key: r.value for r in rows}  # one key, one partition: newest is last
+    assert latest == {b"alice": b"3", b"bob": b"3", b"<null>": b"1"}
