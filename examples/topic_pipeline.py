@@ -3,7 +3,8 @@ topic-to-topic Spark Structured Streaming job on minikafka's source and sink.
 
 Every micro-batch writes the whole count table (output mode `complete`; PySpark's
 Python data sources have no `update` mode) to the output topic as records with the key
-and its running count as value, so the newest record per key holds its count. Run it against a local cluster:
+and its running count as value, so the newest record per key holds its count. Run it
+against a local cluster:
 
     .venv/bin/minikafka dev                                   # terminal 1: 127.0.0.1:9092
     .venv/bin/minikafka topic create clicks --partitions 3 --replication-factor 3 \\
