@@ -115,9 +115,14 @@ def test_topic_column_and_string_columns(spark: SparkSession, cluster: Cluster) 
         [("sink-a" if i % 2 else "sink-b", f"key{i}", f"value{i}") for i in range(10)],
         "topic string, key string, value string",
     )
-    df.write.format("minikafka").option("kafka.bootstrap.servers", bootstrap(cluster)).mode(
-        "append"
-    ).save()
+    (
+        df.write.format("minikafka")
+        .option("kafka.bootstrap.servers", bootstrap(cluster))
+        .option("kafka.compression.type", "gzip")
+        .option("kafka.linger.ms", "0")
+        .mode("append")
+        .save()
+    )
     a = read_topic(spark, cluster, "sink-a")
     b = read_topic(spark, cluster, "sink-b")
     assert sorted((r.key, r.value) for r in a) == [
@@ -147,6 +152,22 @@ def test_bad_sink_input_fails_with_a_clear_message(
         df.write.format("minikafka").option("kafka.bootstrap.servers", bootstrap(cluster)).options(
             **options
         ).mode("append").save()
+
+
+def test_a_delivery_error_fails_the_write(spark: SparkSession, cluster: Cluster) -> None:
+    cluster.create_topic("sink-onepart", rf=3)
+    df = spark.createDataFrame([(b"v", 5)], "value binary, partition int")
+    with pytest.raises(Exception, match="partition 5"):
+        df.write.format("minikafka").option("kafka.bootstrap.servers", bootstrap(cluster)).option(
+            "topic", "sink-onepart"
+        ).mode("append").save()
+    missing = spark.createDataFrame([(b"v",)], "value binary")
+    with pytest.raises(Exception, match="'sink-no-such-topic' does not exist"):
+        missing.write.format("minikafka").option(
+            "kafka.bootstrap.servers", bootstrap(cluster)
+        ).option("topic", "sink-no-such-topic").option("kafka.max.block.ms", "1000").mode(
+            "append"
+        ).save()
 
 
 def test_streaming_topic_to_topic_survives_a_broker_kill(
