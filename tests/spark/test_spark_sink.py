@@ -154,6 +154,15 @@ def test_bad_sink_input_fails_with_a_clear_message(
         ).mode("append").save()
 
 
+def test_only_append_writes(spark: SparkSession, cluster: Cluster) -> None:
+    df = spark.createDataFrame([(b"v",)], "value binary")
+    options = {"kafka.bootstrap.servers": bootstrap(cluster), "topic": "t"}
+    with pytest.raises(Exception, match="only appends to topics: use mode"):
+        df.write.format("minikafka").options(**options).mode("overwrite").save()
+    with pytest.raises(Exception, match="UNSUPPORTED_DATA_SOURCE_SAVE_MODE"):
+        df.write.format("minikafka").options(**options).save()  # Spark's default mode
+
+
 def test_a_delivery_error_fails_the_write(spark: SparkSession, cluster: Cluster) -> None:
     cluster.create_topic("sink-onepart", rf=3)
     df = spark.createDataFrame([(b"v", 5)], "value binary, partition int")
