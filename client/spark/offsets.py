@@ -26,7 +26,17 @@ TP: TypeAlias = tuple[str, int]
 #: Offsets per topic partition.
 Offsets: TypeAlias = dict[TP, int]
 #: The nested JSON shape Spark stores in its checkpoint.
-NestedOffsets: TypeAlias = dict[str, dict[str, int]]
+NestedOffsets: TypeAlias = dict[str, dict[str, Any]]
+
+#: The key of the leader epochs in a checkpointed offset: per partition, the leader
+#: epoch of the last record consumed (the record before the offset). `@` cannot start a
+#: topic name, so it never clashes with one; offsets without it (written before epochs
+#: were kept) still load.
+EPOCHS_KEY: Final = "@leaderEpochs"
+
+#: The key under which the source's reported latest offset (a query progress's
+#: `latestOffset`) counts the delivered records it found truncated under the query.
+TRUNCATED_KEY: Final = "@truncated"
 
 #: Offset placeholders in `startingOffsets` / `endingOffsets` JSON (Kafka's numbering).
 EARLIEST: Final = -2
@@ -64,22 +74,39 @@ class OffsetSpec(msgspec.Struct, frozen=True, kw_only=True):
 # ---- canonical JSON ------------------------------------------------------------------
 
 
-def nest(offsets: Mapping[TP, int]) -> NestedOffsets:
+def nest(offsets: Mapping[TP, int], epochs: Mapping[TP, int] | None = None) -> NestedOffsets:
     """Flat offsets -> the canonical nested dict (topics sorted, partitions sorted
-    numerically, string partition ids, int offsets)."""
+    numerically, string partition ids, int offsets), with the leader epochs of the
+    partitions in `epochs` that are also in `offsets` under `EPOCHS_KEY` (last)."""
     out: NestedOffsets = {}
     for topic, partition in sorted(offsets):
         out.setdefault(topic, {})[str(partition)] = int(offsets[(topic, partition)])
+    kept = {tp: epoch for tp, epoch in (epochs or {}).items() if tp in offsets}
+    if kept:
+        out[EPOCHS_KEY] = dict(nest(kept))
     return out
 
 
+def epochs_of(nested: Mapping[str, Any]) -> Offsets:
+    """The leader epochs of a checkpointed offset (empty for one written without)."""
+    epochs = nested.get(EPOCHS_KEY)
+    if epochs is None:
+        return {}
+    if not isinstance(epochs, Mapping):
+        raise ValueError(f"{EPOCHS_KEY} must be an object, got {epochs!r}")
+    return flatten(epochs)
+
+
 def flatten(nested: Mapping[str, Mapping[str, Any]]) -> Offsets:
-    """A nested offset dict (as Spark hands it back) -> flat offsets.
+    """A nested offset dict (as Spark hands it back) -> flat offsets (leader epochs
+    under `EPOCHS_KEY` are left out: see `epochs_of`).
 
     Raises `ValueError` naming the entry when a partition id or offset is not an integer.
     """
     out: Offsets = {}
     for topic, parts in nested.items():
+        if str(topic).startswith("@"):
+            continue  # EPOCHS_KEY: see epochs_of
         if not isinstance(parts, Mapping):
             raise ValueError(f"offsets for topic {topic!r} must be an object, got {parts!r}")
         for partition, offset in parts.items():
@@ -91,7 +118,7 @@ def flatten(nested: Mapping[str, Mapping[str, Any]]) -> Offsets:
 
 def canonical(nested: Mapping[str, Mapping[str, Any]]) -> NestedOffsets:
     """The canonical form of a nested offset dict (see the module docstring)."""
-    return nest(flatten(nested))
+    return nest(flatten(nested), epochs_of(nested))
 
 
 def to_json(offsets: Mapping[TP, int]) -> str:

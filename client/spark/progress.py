@@ -11,7 +11,9 @@ the progress does hold: `endOffset` (where the micro-batch ended) and `latestOff
     # {"minOffsetsBehindLatest": "0", "maxOffsetsBehindLatest": "120",
     #  "avgOffsetsBehindLatest": "60.0"}
 
-Also works on the `SourceProgress` objects a `StreamingQueryListener` gets.
+Also works on the `SourceProgress` objects a `StreamingQueryListener` gets. The
+minikafka source adds `truncatedRecords`: how many delivered records this run of the
+query found truncated under it (an unclean election) with `failOnDataLoss=false`.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from client.spark.offsets import Offsets, flatten
+from client.spark.offsets import TRUNCATED_KEY, Offsets, flatten
 
 
 def offsets_behind_latest(consumed: Mapping[Any, int], latest: Mapping[Any, int]) -> dict[str, str]:
@@ -58,4 +60,10 @@ def source_metrics(source: Any) -> dict[str, str]:
     consumed, available = _offsets(end), _offsets(latest)
     if consumed is None or available is None:
         return {}
-    return offsets_behind_latest(consumed, available)
+    metrics = offsets_behind_latest(consumed, available)
+    if isinstance(latest, str):
+        latest = json.loads(latest)
+    truncated = latest.get(TRUNCATED_KEY) if isinstance(latest, Mapping) else None
+    if isinstance(truncated, Mapping) and "records" in truncated:
+        metrics["truncatedRecords"] = str(truncated["records"])
+    return metrics

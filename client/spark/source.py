@@ -14,6 +14,7 @@ picklable `TopicPartitionRange`, and gRPC channels are opened lazily where used.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -41,11 +42,13 @@ from pyspark.sql.types import StructType
 from client.spark.errors import DataLossError, SourceOptionError
 from client.spark.offsets import (
     TP,
+    TRUNCATED_KEY,
     NestedOffsets,
     Offsets,
     OffsetSpec,
     cap,
     delay_batch,
+    epochs_of,
     flatten,
     nest,
     plan_ranges,
@@ -223,6 +226,8 @@ class MiniKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._last_hw: Offsets = {}
         self._target: Offsets | None = None  # Trigger.AvailableNow: never read past this
         self._last_trigger_ms: float | None = None  # minOffsetsPerTrigger: last batch run
+        self._truncated_records = 0  # delivered records found truncated (this run)
+        self._checked: tuple[str, Offsets, Offsets] | None = None  # see _checked_start
         #: Monotonic milliseconds (tests may replace it).
         self.clock: Callable[[], float] = monotonic_ms
 
@@ -246,8 +251,14 @@ class MiniKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         logger.info("AvailableNow target offsets: %s", nest(self._target))
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> NestedOffsets:
-        begin = flatten(start)
+        """The end of the next micro-batch, with the leader epoch of each partition's
+        last record in it (see `_with_epochs`)."""
+        begin, begin_epochs = flatten(start), epochs_of(start)
         latest = cap(self._high_watermarks(begin), self._target)
+        if any(offset > begin.get(tp, 0) for tp, offset in latest.items()):
+            # A batch will read on: check first that the log under the start is the
+            # one delivered (a truncated log may have been refilled past it).
+            begin, begin_epochs = self._checked_start(start, fresh=True)
         for tp, offset in begin.items():
             latest[tp] = max(latest.get(tp, offset), offset)  # never behind the start
         max_rows: int | None = None
@@ -263,7 +274,7 @@ class MiniKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                 max_delay_ms=self.options.max_trigger_delay_ms,
             ):
                 self._known.update(begin)
-                return nest(begin)
+                return nest(begin, begin_epochs)
             self._last_trigger_ms = now_ms
             max_rows = self.options.max_offsets_per_trigger
         if max_rows is not None:
@@ -271,7 +282,24 @@ class MiniKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             effective = {**self._planner.earliest(new), **begin}
             latest = rate_limit(effective, latest, max_rows)
         self._known.update(latest)
-        return nest(latest)
+        return nest(latest, self._with_epochs(begin, begin_epochs, latest))
+
+    def _with_epochs(self, begin: Offsets, begin_epochs: Offsets, latest: Offsets) -> Offsets:
+        """Per partition, the leader epoch of the record before its latest offset: kept
+        from the start where the partition did not move, else read from the leader. The
+        next batch checks it against the leader's log (`partitions`)."""
+        epochs: Offsets = {}
+        wire = self._planner.wire
+        for (topic, partition), offset in sorted(latest.items()):
+            tp = (topic, partition)
+            if begin.get(tp) == offset:
+                if tp in begin_epochs:
+                    epochs[tp] = begin_epochs[tp]
+            elif offset > 0:
+                epoch = wire.epoch_of(topic, partition, offset - 1)
+                if epoch is not None:
+                    epochs[tp] = epoch
+        return epochs
 
     def _high_watermarks(self, start: Iterable[TP]) -> Offsets:
         """Each partition's HW: of the partitions the query reads now, those it started
@@ -296,13 +324,58 @@ class MiniKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return latest
 
     def reportLatestOffset(self) -> NestedOffsets | None:
-        return nest(self._last_hw) if self._last_hw else None
+        """Each partition's high watermark (the progress's `latestOffset`), and the
+        records this run found truncated under the query (`TRUNCATED_KEY`)."""
+        if not self._last_hw:
+            return None
+        return {**nest(self._last_hw), TRUNCATED_KEY: {"records": self._truncated_records}}
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        begin, until = flatten(start), flatten(end)
+        begin, _ = self._checked_start(start, fresh=False)
+        until = flatten(end)
         if begin == until:
             return []
         return self._planner.input_partitions(begin, until)
+
+    def _checked_start(self, start: dict[str, Any], *, fresh: bool) -> tuple[Offsets, Offsets]:
+        """A batch's start offsets checked against the leaders' logs (`_validated`) and
+        the epochs still valid for them. `latestOffset` checks (`fresh`) whenever a batch
+        will read on; `partitions` reuses that answer for the same start, and checks
+        itself when there is none (a batch replayed after a restart)."""
+        key = json.dumps(start, sort_keys=True)
+        if fresh or self._checked is None or self._checked[0] != key:
+            begin, epochs = flatten(start), epochs_of(start)
+            checked = self._validated(begin, epochs)
+            valid = {tp: e for tp, e in epochs.items() if checked.get(tp) == begin.get(tp)}
+            self._checked = (key, checked, valid)
+        return dict(self._checked[1]), dict(self._checked[2])
+
+    def _validated(self, begin: Offsets, epochs: Offsets) -> Offsets:
+        """`begin`, checked against each leader's log with the leader epoch of the last
+        record delivered (the consumer's diverging-epoch check, KIP-320): where the log
+        was truncated below a delivered offset, fail (`failOnDataLoss=true`) or go on
+        from the divergence point, counting the records that changed."""
+        out = dict(begin)
+        wire = self._planner.wire
+        for (topic, partition), epoch in sorted(epochs.items()):
+            offset = begin.get((topic, partition))
+            if offset is None or offset <= 0:
+                continue
+            diverged = wire.divergence(topic, partition, offset, epoch)
+            if diverged is None:
+                continue
+            message = (
+                f"{topic}-{partition} was truncated under the query: offsets up to {offset} "
+                f"were delivered (the last in leader epoch {epoch}), but the leader's log "
+                f"diverges from them at offset {diverged} (an unclean leader election?); "
+                f"offsets [{diverged}, {offset}) now hold other records"
+            )
+            if self.options.fail_on_data_loss:
+                raise DataLossError(message + ". Set failOnDataLoss=false to read on from there.")
+            logger.warning("%s; reading on from offset %d", message, diverged)
+            self._truncated_records += offset - diverged
+            out[(topic, partition)] = diverged
+        return out
 
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to do: progress lives in Spark's checkpoint (commit may never run)."""

@@ -24,6 +24,7 @@ from client.spark.offsets import TP, Offsets
 from client.spark.options import DEFAULT_FETCH, FetchConfig
 from minikafka.errors import RETRIABLE_CODES, ErrorCode, code_from_wire
 from minikafka.grpc_options import channel_options
+from minikafka.record_batch import parse_header
 from minikafka.v1 import broker_pb2, broker_pb2_grpc
 
 logger = logging.getLogger(__name__)
@@ -220,6 +221,79 @@ class WireReader:
             backoff.sleep(deadline)
             self.refresh()
         return out
+
+    # ---- leader epochs (truncation detection, KIP-320) ---------------------------------
+
+    def _fetch_once(
+        self, topic: str, partition: int, offset: int, *, last_fetched_epoch: int
+    ) -> broker_pb2.FetchPartitionResponse:
+        """One answer of the partition's leader to a fetch at `offset` that does not wait
+        for data, retrying unreachable brokers and retriable errors (bounded)."""
+        tp = (topic, partition)
+        deadline = time.monotonic() + self._timeout_s
+        backoff = _Backoff()
+        last_problem = "no answer yet"
+        while time.monotonic() < deadline:
+            snapshot = self.snapshot()
+            info = snapshot.partitions.get(tp)
+            if info is None or info.leader not in snapshot.brokers:
+                last_problem = "no leader in metadata"
+            else:
+                try:
+                    reply = self._stub(snapshot.brokers[info.leader]).Fetch(
+                        broker_pb2.FetchRequest(
+                            max_wait_ms=0,
+                            min_bytes=0,
+                            max_bytes=self._fetch.max_partition_fetch_bytes,
+                            partitions=[
+                                broker_pb2.FetchPartition(
+                                    topic=topic,
+                                    partition=partition,
+                                    fetch_offset=offset,
+                                    current_leader_epoch=info.leader_epoch,
+                                    last_fetched_epoch=last_fetched_epoch,
+                                    partition_max_bytes=self._fetch.max_partition_fetch_bytes,
+                                )
+                            ],
+                        ),
+                        timeout=self._rpc_timeout_s,
+                    )
+                except grpc.RpcError as exc:
+                    if not _is_connection_error(exc):
+                        raise
+                    last_problem = f"broker {info.leader} unreachable ({exc.code()})"
+                else:
+                    part = reply.partitions[0]
+                    code = code_from_wire(part.error_code)
+                    if code not in RETRIABLE_CODES:
+                        return part
+                    last_problem = f"{code.name}: {part.error_message}"
+            backoff.sleep(deadline)
+            self.refresh()
+        raise SourceReadError(
+            f"fetch of {topic}-{partition} at offset {offset} got no answer within "
+            f"{self._timeout_s:.0f}s: {last_problem}"
+        )
+
+    def epoch_of(self, topic: str, partition: int, offset: int) -> int | None:
+        """The leader epoch of the record batch holding `offset` (a committed record);
+        None when it cannot be read (gone, or not on the leader)."""
+        part = self._fetch_once(topic, partition, offset, last_fetched_epoch=-1)
+        if code_from_wire(part.error_code) is not ErrorCode.NONE or not part.records:
+            return None
+        header = parse_header(part.records, 0, verify_crc=False)
+        return header.leader_epoch if header.base_offset <= offset else None
+
+    def divergence(self, topic: str, partition: int, offset: int, epoch: int) -> int | None:
+        """Where the leader's log diverges from a reader that consumed up to `offset`,
+        the last of it in leader epoch `epoch` (the consumer's KIP-320 check): the end
+        offset of that epoch on the leader when it is below `offset`, else None."""
+        part = self._fetch_once(topic, partition, offset, last_fetched_epoch=epoch)
+        if part.HasField("diverging_epoch") and part.diverging_epoch.epoch >= 0:
+            end_offset = part.diverging_epoch.end_offset
+            if 0 <= end_offset < offset:
+                return end_offset
+        return None
 
     # ---- fetch -----------------------------------------------------------------------
 

@@ -214,4 +214,5 @@ def test_progress_gives_spark_kafka_source_metrics(
         "minOffsetsBehindLatest": "0",
         "maxOffsetsBehindLatest": "0",
         "avgOffsetsBehindLatest": "0.0",
+        "truncatedRecords": "0",
     }

@@ -11,11 +11,13 @@ from hypothesis import strategies as st
 
 from client.spark.errors import SourceOptionError
 from client.spark.offsets import (
+    EPOCHS_KEY,
     TP,
     OffsetRange,
     OffsetSpec,
     canonical,
     delay_batch,
+    epochs_of,
     flatten,
     nest,
     parse_duration_ms,
@@ -377,3 +379,18 @@ def test_delay_batch(
         max_delay_ms=1_000,
     )
     assert got is delayed
+
+
+def test_leader_epochs_ride_along_and_old_checkpoints_still_load() -> None:
+    offsets = {("t", 1): 7, ("t", 0): 30}
+    nested = nest(offsets, {("t", 0): 3, ("gone", 0): 1})
+    assert json.dumps(nested) == '{"t": {"0": 30, "1": 7}, "@leaderEpochs": {"t": {"0": 3}}}'
+    assert flatten(nested) == offsets
+    assert epochs_of(nested) == {("t", 0): 3}
+    assert canonical(json.loads(json.dumps(nested))) == nested
+    legacy = {"t": {"0": 30, "1": 7}}  # written before epochs were kept
+    assert flatten(legacy) == offsets
+    assert epochs_of(legacy) == {}
+    assert nest(offsets, {}) == nest(offsets) == legacy
+    with pytest.raises(ValueError, match="@leaderEpochs must be an object"):
+        epochs_of({"t": {"0": 1}, EPOCHS_KEY: 5})

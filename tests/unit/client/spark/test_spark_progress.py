@@ -56,3 +56,14 @@ def test_source_metrics_from_a_progress_dict_or_a_listener_object() -> None:
     assert source_metrics({"endOffset": end, "latestOffset": None}) == {}
     with pytest.raises(ValueError, match="expected offsets like"):
         source_metrics({"endOffset": "[1]", "latestOffset": latest})
+
+
+def test_source_metrics_report_the_truncated_records_of_the_run() -> None:
+    got = source_metrics(
+        {
+            "endOffset": {"t": {"0": 35}},
+            "latestOffset": {"t": {"0": 35}, "@truncated": {"records": 20}},
+        }
+    )
+    assert got["truncatedRecords"] == "20"
+    assert got["maxOffsetsBehindLatest"] == "0"
