@@ -77,13 +77,14 @@ class OffsetSpec(msgspec.Struct, frozen=True, kw_only=True):
 def nest(offsets: Mapping[TP, int], epochs: Mapping[TP, int] | None = None) -> NestedOffsets:
     """Flat offsets -> the canonical nested dict (topics sorted, partitions sorted
     numerically, string partition ids, int offsets), with the leader epochs of the
-    partitions in `epochs` that are also in `offsets` under `EPOCHS_KEY` (last)."""
+    partitions in `epochs` that are also in `offsets` under `EPOCHS_KEY`."""
     out: NestedOffsets = {}
     for topic, partition in sorted(offsets):
         out.setdefault(topic, {})[str(partition)] = int(offsets[(topic, partition)])
     kept = {tp: epoch for tp, epoch in (epochs or {}).items() if tp in offsets}
     if kept:
         out[EPOCHS_KEY] = dict(nest(kept))
+        out = dict(sorted(out.items()))  # keys stay sorted (a topic may sort before "@")
     return out
 
 

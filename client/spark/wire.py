@@ -228,7 +228,8 @@ class WireReader:
         self, topic: str, partition: int, offset: int, *, last_fetched_epoch: int
     ) -> broker_pb2.FetchPartitionResponse:
         """One answer of the partition's leader to a fetch at `offset` that does not wait
-        for data, retrying unreachable brokers and retriable errors (bounded)."""
+        for data and asks for one byte (the leader still sends the first batch whole),
+        retrying unreachable brokers and retriable errors (bounded)."""
         tp = (topic, partition)
         deadline = time.monotonic() + self._timeout_s
         backoff = _Backoff()
@@ -244,7 +245,7 @@ class WireReader:
                         broker_pb2.FetchRequest(
                             max_wait_ms=0,
                             min_bytes=0,
-                            max_bytes=self._fetch.max_partition_fetch_bytes,
+                            max_bytes=1,
                             partitions=[
                                 broker_pb2.FetchPartition(
                                     topic=topic,
@@ -252,7 +253,7 @@ class WireReader:
                                     fetch_offset=offset,
                                     current_leader_epoch=info.leader_epoch,
                                     last_fetched_epoch=last_fetched_epoch,
-                                    partition_max_bytes=self._fetch.max_partition_fetch_bytes,
+                                    partition_max_bytes=1,
                                 )
                             ],
                         ),

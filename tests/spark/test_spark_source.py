@@ -104,7 +104,7 @@ def test_max_offsets_per_trigger_and_restart_from_checkpoint(
         [b"a%d" % i for i in range(16)] + [b"b%d" % i for i in range(6)]
     )
     offsets = json.loads((tmp_path / "ckpt" / "offsets" / "0").read_text().splitlines()[-1])
-    assert list(offsets) == [topic, EPOCHS_KEY]
+    assert list(offsets) == [EPOCHS_KEY, topic]
     assert list(offsets[topic]) == ["0", "1"]
     assert list(offsets[EPOCHS_KEY][topic]) == ["0", "1"]
 

@@ -384,7 +384,8 @@ def test_delay_batch(
 def test_leader_epochs_ride_along_and_old_checkpoints_still_load() -> None:
     offsets = {("t", 1): 7, ("t", 0): 30}
     nested = nest(offsets, {("t", 0): 3, ("gone", 0): 1})
-    assert json.dumps(nested) == '{"t": {"0": 30, "1": 7}, "@leaderEpochs": {"t": {"0": 3}}}'
+    assert json.dumps(nested) == '{"@leaderEpochs": {"t": {"0": 3}}, "t": {"0": 30, "1": 7}}'
+    assert list(nest({("0t", 0): 1}, {("0t", 0): 2})) == ["0t", EPOCHS_KEY]
     assert flatten(nested) == offsets
     assert epochs_of(nested) == {("t", 0): 3}
     assert canonical(json.loads(json.dumps(nested))) == nested
