@@ -23,3 +23,14 @@ class SourceReadError(MiniKafkaError):
     """The cluster could not serve a read within the source's time bound."""
 
     default_code = ErrorCode.REQUEST_TIMED_OUT
+
+
+class SinkOptionError(ValueError):
+    """An option or a column given to `df.write(Stream).format("minikafka")` is missing
+    or invalid."""
+
+
+class SinkWriteError(MiniKafkaError):
+    """A sink task could not deliver its rows (the task fails; Spark retries it)."""
+
+    default_code = ErrorCode.UNKNOWN_SERVER_ERROR

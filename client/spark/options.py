@@ -16,11 +16,20 @@ from typing import Final
 import msgspec
 
 from client.spark.errors import SourceOptionError
-from client.spark.offsets import TP, OffsetSpec, parse_offset_spec
+from client.spark.offsets import (
+    TP,
+    OffsetSpec,
+    parse_duration_ms,
+    parse_offset_spec,
+    parse_timestamp,
+    parse_timestamps_by_partition,
+)
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_POLL_TIMEOUT_MS: Final = 120_000
+#: `maxTriggerDelay` unless given (Spark's default, 15 minutes).
+DEFAULT_MAX_TRIGGER_DELAY_MS: Final = 15 * 60_000
 
 #: Option names we understand, lower-cased (Spark's options are case-insensitive).
 _KNOWN: Final = frozenset(
@@ -42,8 +51,35 @@ _KNOWN: Final = frozenset(
         "kafka.ssl.cafile",
         "kafka.ssl.certfile",
         "kafka.ssl.keyfile",
+        "startingtimestamp",
+        "startingoffsetsbytimestamp",
+        "startingoffsetsbytimestampstrategy",
+        "endingtimestamp",
+        "endingoffsetsbytimestamp",
+        "maxrecordsperpartition",
+        "minoffsetspertrigger",
+        "maxtriggerdelay",
     }
 )
+#: `kafka.<name>` consumer settings the source's reader uses -> (field of
+#: `FetchConfig`, smallest value).
+CONSUMER_OPTIONS: Final = {
+    "fetch.max.bytes": ("fetch_max_bytes", 1),
+    "max.partition.fetch.bytes": ("max_partition_fetch_bytes", 1),
+    "fetch.max.wait.ms": ("fetch_max_wait_ms", 0),
+    "request.timeout.ms": ("request_timeout_ms", 1),
+}
+#: `kafka.<name>` settings Spark's Kafka source refuses, and why (the same here).
+_REFUSED_CONSUMER_OPTIONS: Final = {
+    "auto.offset.reset": "set startingOffsets instead",
+    "key.deserializer": "keys are always binary; cast them in the DataFrame",
+    "value.deserializer": "values are always binary; cast them in the DataFrame",
+    "enable.auto.commit": "the query's progress lives in its checkpoint, not in committed offsets",
+    "interceptor.classes": "the source reads with its own reader",
+}
+#: `kafka.<name>` settings accepted and ignored, as Spark's Kafka source ignores them
+#: (it never commits offsets to a consumer group).
+_IGNORED_CONSUMER_OPTIONS: Final = frozenset({"group.id", "client.id"})
 #: Spark Kafka options that have no meaning here; accepted with a warning so that jobs
 #: written for Spark's Kafka source keep running.
 _IGNORED: Final = frozenset(
@@ -57,6 +93,20 @@ class TlsSettings(msgspec.Struct, frozen=True, kw_only=True):
     ssl_cafile: str | None = None
     ssl_certfile: str | None = None
     ssl_keyfile: str | None = None
+
+
+class FetchConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """How the source's reader fetches (`kafka.*` consumer settings, Kafka's defaults
+    scaled to one reader per Spark task)."""
+
+    fetch_max_bytes: int = 4 << 20
+    max_partition_fetch_bytes: int = 4 << 20
+    fetch_max_wait_ms: int = 500
+    request_timeout_ms: int = 5_000
+
+
+#: The reader's fetch settings when no `kafka.*` option changes them.
+DEFAULT_FETCH: Final = FetchConfig()
 
 
 class SourceOptions(msgspec.Struct, frozen=True, kw_only=True):
@@ -78,6 +128,15 @@ class SourceOptions(msgspec.Struct, frozen=True, kw_only=True):
     #: TLS: the client's settings (`client.security.client_tls`; the files are read by
     #: each reader, on the driver and on the executors).
     tls: TlsSettings | None = None
+    #: `startingOffsetsByTimestampStrategy`: "error" or "latest" when no record is as
+    #: recent as the starting time.
+    starting_no_match: str = "error"
+    max_records_per_partition: int | None = None
+    #: `minOffsetsPerTrigger`: skip triggers with fewer new records, for at most
+    #: `max_trigger_delay_ms` since the last batch.
+    min_offsets_per_trigger: int | None = None
+    max_trigger_delay_ms: int = DEFAULT_MAX_TRIGGER_DELAY_MS
+    fetch: FetchConfig = DEFAULT_FETCH
 
     def matches(self, topic: str) -> bool:
         """Whether a topic of the cluster is read by `subscribe` / `subscribePattern`."""
@@ -146,18 +205,89 @@ def _parse_assign(raw: str) -> tuple[TP, ...]:
     return tuple(sorted(out))
 
 
+def valid_option_names() -> str:
+    """The source's options, for error messages."""
+    return (
+        "kafka.bootstrap.servers (alias bootstrap.servers), subscribe, subscribePattern, "
+        "assign, startingOffsets, startingTimestamp, startingOffsetsByTimestamp, "
+        "startingOffsetsByTimestampStrategy, endingOffsets, endingTimestamp, "
+        "endingOffsetsByTimestamp, failOnDataLoss, includeHeaders, maxOffsetsPerTrigger, "
+        "minOffsetsPerTrigger, maxTriggerDelay, "
+        "minPartitions, maxRecordsPerPartition, kafkaConsumer.pollTimeoutMs, "
+        + ", ".join(f"kafka.{name}" for name in CONSUMER_OPTIONS)
+        + ", kafka.group.id (ignored)"
+    )
+
+
+def _consumer_option(name: str, raw: str) -> dict[str, int]:
+    """A `kafka.*` option as a `FetchConfig` field (empty when ignored)."""
+    setting = name.removeprefix("kafka.")
+    if setting in _IGNORED_CONSUMER_OPTIONS:
+        logger.warning("minikafka source ignores option %s, as Spark's Kafka source does", name)
+        return {}
+    if setting in _REFUSED_CONSUMER_OPTIONS:
+        raise SourceOptionError(
+            f"option {name} is not supported: {_REFUSED_CONSUMER_OPTIONS[setting]}"
+        )
+    if setting not in CONSUMER_OPTIONS:
+        raise SourceOptionError(
+            f"unknown option {name!r} for the minikafka source; supported: " + valid_option_names()
+        )
+    field, minimum = CONSUMER_OPTIONS[setting]
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        value = minimum - 1
+    if value < minimum:
+        raise SourceOptionError(f"{name} must be an integer >= {minimum}, got {raw!r}")
+    return {field: value}
+
+
+def _starting_spec(options: Mapping[str, str], *, streaming: bool) -> OffsetSpec:
+    """startingTimestamp, else startingOffsetsByTimestamp, else startingOffsets (Spark's
+    precedence)."""
+    if "startingtimestamp" in options:
+        return parse_timestamp(options["startingtimestamp"], option="startingTimestamp")
+    if "startingoffsetsbytimestamp" in options:
+        return parse_timestamps_by_partition(
+            options["startingoffsetsbytimestamp"], option="startingOffsetsByTimestamp"
+        )
+    return parse_offset_spec(
+        options.get("startingoffsets", "latest" if streaming else "earliest"),
+        option="startingOffsets",
+        ending=False,
+        streaming=streaming,
+    )
+
+
+def _ending_spec(options: Mapping[str, str]) -> OffsetSpec:
+    """endingTimestamp, else endingOffsetsByTimestamp, else endingOffsets (batch only)."""
+    if "endingtimestamp" in options:
+        return parse_timestamp(options["endingtimestamp"], option="endingTimestamp")
+    if "endingoffsetsbytimestamp" in options:
+        return parse_timestamps_by_partition(
+            options["endingoffsetsbytimestamp"], option="endingOffsetsByTimestamp"
+        )
+    return parse_offset_spec(
+        options.get("endingoffsets", "latest"), option="endingOffsets", ending=True, streaming=False
+    )
+
+
 def parse_options(raw: Mapping[str, str], *, streaming: bool) -> SourceOptions:
     """Validate Spark options for a streaming (`readStream`) or batch (`read`) query."""
     options = {str(k).lower(): str(v) for k, v in raw.items()}
+    fetch: dict[str, int] = {}
     for name in sorted(options):
-        if name in _IGNORED or (name.startswith("kafka.") and name not in _KNOWN):
+        if name in _KNOWN or name == "path":
+            continue
+        if name in _IGNORED:
             logger.warning("minikafka source ignores option %s (no equivalent here)", name)
-        elif name not in _KNOWN and name != "path":
+        elif name.startswith("kafka."):
+            fetch.update(_consumer_option(name, options[name]))
+        else:
             raise SourceOptionError(
                 f"unknown option {name!r} for the minikafka source; supported: "
-                "kafka.bootstrap.servers (alias bootstrap.servers), subscribe, "
-                "subscribePattern, assign, startingOffsets, endingOffsets, failOnDataLoss, "
-                "includeHeaders, maxOffsetsPerTrigger, minPartitions, kafkaConsumer.pollTimeoutMs"
+                + valid_option_names()
             )
 
     servers = options.get("kafka.bootstrap.servers") or options.get("bootstrap.servers")
@@ -199,28 +329,38 @@ def parse_options(raw: Mapping[str, str], *, streaming: bool) -> SourceOptions:
     else:
         assigned = _parse_assign(options["assign"])
 
-    if "endingoffsets" in options and streaming:
+    ending_given = [
+        name
+        for name in ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp")
+        if name.lower() in options
+    ]
+    if ending_given and streaming:
         raise SourceOptionError(
-            "endingOffsets is only for batch queries (spark.read); a stream has no end"
+            f"{', '.join(ending_given)} is only for batch queries (spark.read); a stream has no end"
         )
-    if "maxoffsetspertrigger" in options and not streaming:
-        raise SourceOptionError("maxOffsetsPerTrigger is only for streaming queries")
-    starting = parse_offset_spec(
-        options.get("startingoffsets", "latest" if streaming else "earliest"),
-        option="startingOffsets",
-        ending=False,
-        streaming=streaming,
-    )
-    ending = (
-        None
-        if streaming
-        else parse_offset_spec(
-            options.get("endingoffsets", "latest"),
-            option="endingOffsets",
-            ending=True,
-            streaming=False,
+    for name in ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay"):
+        if name.lower() in options and not streaming:
+            raise SourceOptionError(f"{name} is only for streaming queries")
+    min_offsets = _positive_int(options, "minOffsetsPerTrigger")
+    max_offsets = _positive_int(options, "maxOffsetsPerTrigger")
+    if min_offsets is not None and max_offsets is not None and min_offsets > max_offsets:
+        raise SourceOptionError(
+            f"minOffsetsPerTrigger ({min_offsets}) must not exceed maxOffsetsPerTrigger "
+            f"({max_offsets})"
         )
+    if "maxtriggerdelay" in options and min_offsets is None:
+        raise SourceOptionError("maxTriggerDelay needs minOffsetsPerTrigger")
+    max_delay_ms = (
+        parse_duration_ms(options["maxtriggerdelay"], option="maxTriggerDelay")
+        if "maxtriggerdelay" in options
+        else DEFAULT_MAX_TRIGGER_DELAY_MS
     )
+    strategy = options.get("startingoffsetsbytimestampstrategy", "error").strip().lower()
+    if strategy not in ("error", "latest"):
+        raise SourceOptionError(
+            "startingOffsetsByTimestampStrategy must be 'error' or 'latest', got "
+            f"{options['startingoffsetsbytimestampstrategy']!r}"
+        )
     timeout_ms = _positive_int(options, "kafkaConsumer.pollTimeoutMs")
     tls = _tls(options)
     return SourceOptions(
@@ -228,14 +368,19 @@ def parse_options(raw: Mapping[str, str], *, streaming: bool) -> SourceOptions:
         topics=topics,
         topic_pattern=pattern,
         assigned=assigned,
-        starting=starting,
-        ending=ending,
+        starting=_starting_spec(options, streaming=streaming),
+        ending=None if streaming else _ending_spec(options),
         fail_on_data_loss=_bool(options, "failOnDataLoss", True),
         include_headers=_bool(options, "includeHeaders", False),
-        max_offsets_per_trigger=_positive_int(options, "maxOffsetsPerTrigger"),
+        max_offsets_per_trigger=max_offsets,
         min_partitions=_positive_int(options, "minPartitions"),
         poll_timeout_ms=timeout_ms if timeout_ms is not None else DEFAULT_POLL_TIMEOUT_MS,
         tls=tls,
+        starting_no_match=strategy,
+        max_records_per_partition=_positive_int(options, "maxRecordsPerPartition"),
+        min_offsets_per_trigger=min_offsets,
+        max_trigger_delay_ms=max_delay_ms,
+        fetch=FetchConfig(**fetch),
     )
 
 

@@ -22,9 +22,10 @@ from client.security import client_tls
 from client.spark.decode import Columns, decode_range
 from client.spark.errors import DataLossError, SourceReadError
 from client.spark.offsets import TP, Offsets
-from client.spark.options import TlsSettings
+from client.spark.options import DEFAULT_FETCH, FetchConfig, TlsSettings
 from minikafka.errors import RETRIABLE_CODES, ErrorCode, code_from_wire
 from minikafka.grpc_options import channel_options
+from minikafka.record_batch import parse_header
 from minikafka.tls import open_sync_channel
 from minikafka.v1 import broker_pb2, broker_pb2_grpc
 
@@ -41,10 +42,7 @@ _CONNECTION_CODES: Final = frozenset(
         grpc.StatusCode.UNKNOWN,
     }
 )
-RPC_TIMEOUT_S: Final = 5.0
 METADATA_TIMEOUT_S: Final = 2.0
-FETCH_MAX_WAIT_MS: Final = 500
-FETCH_MAX_BYTES: Final = 4 << 20
 BACKOFF_INITIAL_S: Final = 0.05
 BACKOFF_MAX_S: Final = 1.0
 
@@ -93,6 +91,7 @@ class WireReader:
         *,
         timeout_ms: int,
         tls: TlsSettings | None = None,
+        fetch: FetchConfig = DEFAULT_FETCH,
     ) -> None:
         if not bootstrap_servers:
             raise ValueError("bootstrap_servers is empty")
@@ -110,6 +109,8 @@ class WireReader:
         )
         self._bootstrap = list(bootstrap_servers)
         self._timeout_s = timeout_ms / 1000
+        self._fetch = fetch
+        self._rpc_timeout_s = fetch.request_timeout_ms / 1000
         self._channels: dict[str, grpc.Channel] = {}
         self._snapshot: ClusterSnapshot | None = None
         self._preferred: str | None = None  # the last address that answered metadata
@@ -168,8 +169,10 @@ class WireReader:
     # ---- list offsets ----------------------------------------------------------------
 
     def list_offsets(self, partitions: Iterable[TP], timestamp_ms: int) -> Offsets:
-        """Log start offsets (`EARLIEST_TIMESTAMP`) or high watermarks (`LATEST_TIMESTAMP`)
-        from each partition's leader, retrying retriable errors within the deadline.
+        """Log start offsets (`EARLIEST_TIMESTAMP`), high watermarks (`LATEST_TIMESTAMP`)
+        or, for a time >= 0 (ms since the epoch), the first committed offset whose record
+        batch is at least that recent (-1 when none is), from each partition's leader,
+        retrying retriable errors within the deadline.
 
         Among them OFFSET_NOT_AVAILABLE: a new leader answers it while its HW is below
         the start of its epoch (KIP-207), so the latest offset never goes back."""
@@ -201,7 +204,7 @@ class WireReader:
                 )
                 try:
                     reply = self._stub(snapshot.brokers[leader]).ListOffsets(
-                        request, timeout=RPC_TIMEOUT_S
+                        request, timeout=self._rpc_timeout_s
                     )
                 except grpc.RpcError as exc:
                     if not _is_connection_error(exc):
@@ -234,6 +237,80 @@ class WireReader:
             self.refresh()
         return out
 
+    # ---- leader epochs (truncation detection, KIP-320) ---------------------------------
+
+    def _fetch_once(
+        self, topic: str, partition: int, offset: int, *, last_fetched_epoch: int
+    ) -> broker_pb2.FetchPartitionResponse:
+        """One answer of the partition's leader to a fetch at `offset` that does not wait
+        for data and asks for one byte (the leader still sends the first batch whole),
+        retrying unreachable brokers and retriable errors (bounded)."""
+        tp = (topic, partition)
+        deadline = time.monotonic() + self._timeout_s
+        backoff = _Backoff()
+        last_problem = "no answer yet"
+        while time.monotonic() < deadline:
+            snapshot = self.snapshot()
+            info = snapshot.partitions.get(tp)
+            if info is None or info.leader not in snapshot.brokers:
+                last_problem = "no leader in metadata"
+            else:
+                try:
+                    reply = self._stub(snapshot.brokers[info.leader]).Fetch(
+                        broker_pb2.FetchRequest(
+                            max_wait_ms=0,
+                            min_bytes=0,
+                            max_bytes=1,
+                            partitions=[
+                                broker_pb2.FetchPartition(
+                                    topic=topic,
+                                    partition=partition,
+                                    fetch_offset=offset,
+                                    current_leader_epoch=info.leader_epoch,
+                                    last_fetched_epoch=last_fetched_epoch,
+                                    partition_max_bytes=1,
+                                )
+                            ],
+                        ),
+                        timeout=self._rpc_timeout_s,
+                    )
+                except grpc.RpcError as exc:
+                    if not _is_connection_error(exc):
+                        raise
+                    last_problem = f"broker {info.leader} unreachable ({exc.code()})"
+                else:
+                    part = reply.partitions[0]
+                    code = code_from_wire(part.error_code)
+                    if code not in RETRIABLE_CODES:
+                        return part
+                    last_problem = f"{code.name}: {part.error_message}"
+            backoff.sleep(deadline)
+            self.refresh()
+        raise SourceReadError(
+            f"fetch of {topic}-{partition} at offset {offset} got no answer within "
+            f"{self._timeout_s:.0f}s: {last_problem}"
+        )
+
+    def epoch_of(self, topic: str, partition: int, offset: int) -> int | None:
+        """The leader epoch of the record batch holding `offset` (a committed record);
+        None when it cannot be read (gone, or not on the leader)."""
+        part = self._fetch_once(topic, partition, offset, last_fetched_epoch=-1)
+        if code_from_wire(part.error_code) is not ErrorCode.NONE or not part.records:
+            return None
+        header = parse_header(part.records, 0, verify_crc=False)
+        return header.leader_epoch if header.base_offset <= offset else None
+
+    def divergence(self, topic: str, partition: int, offset: int, epoch: int) -> int | None:
+        """Where the leader's log diverges from a reader that consumed up to `offset`,
+        the last of it in leader epoch `epoch` (the consumer's KIP-320 check): the end
+        offset of that epoch on the leader when it is below `offset`, else None."""
+        part = self._fetch_once(topic, partition, offset, last_fetched_epoch=epoch)
+        if part.HasField("diverging_epoch") and part.diverging_epoch.epoch >= 0:
+            end_offset = part.diverging_epoch.end_offset
+            if 0 <= end_offset < offset:
+                return end_offset
+        return None
+
     # ---- fetch -----------------------------------------------------------------------
 
     def fetch_range(
@@ -247,6 +324,7 @@ class WireReader:
         `DataLossError`, or log and skip them when `fail_on_data_loss` is false.
         """
         tp = (topic, partition)
+        fetch = self._fetch
         offset = start
         deadline = time.monotonic() + self._timeout_s
         backoff = _Backoff()
@@ -268,9 +346,9 @@ class WireReader:
             try:
                 reply = self._stub(snapshot.brokers[info.leader]).Fetch(
                     broker_pb2.FetchRequest(
-                        max_wait_ms=FETCH_MAX_WAIT_MS,
+                        max_wait_ms=fetch.fetch_max_wait_ms,
                         min_bytes=1,
-                        max_bytes=FETCH_MAX_BYTES,
+                        max_bytes=fetch.fetch_max_bytes,
                         partitions=[
                             broker_pb2.FetchPartition(
                                 topic=topic,
@@ -278,11 +356,11 @@ class WireReader:
                                 fetch_offset=offset,
                                 current_leader_epoch=info.leader_epoch,
                                 last_fetched_epoch=-1,
-                                partition_max_bytes=FETCH_MAX_BYTES,
+                                partition_max_bytes=fetch.max_partition_fetch_bytes,
                             )
                         ],
                     ),
-                    timeout=RPC_TIMEOUT_S + FETCH_MAX_WAIT_MS / 1000,
+                    timeout=self._rpc_timeout_s + fetch.fetch_max_wait_ms / 1000,
                 )
             except grpc.RpcError as exc:
                 if not _is_connection_error(exc):
@@ -305,7 +383,7 @@ class WireReader:
                         out_of_range_seen = False
                         continue
                 # Nothing committed at `offset` on this leader yet (a new leader learns
-                # the HW from its followers): the fetch long-polled for FETCH_MAX_WAIT_MS
+                # the HW from its followers): the fetch long-polled for fetch_max_wait_ms
                 # already; check the leader is still current and ask again.
                 last_problem = (
                     f"leader {info.leader} has high watermark {part.high_watermark}, "

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from client.spark.offsets import EPOCHS_KEY
 from minikafka.errors import ErrorCode
 from minikafka.v1 import broker_pb2
 from tests.spark.conftest import bootstrap, produce_values, run_available_now, stream_options
@@ -103,8 +104,9 @@ def test_max_offsets_per_trigger_and_restart_from_checkpoint(
         [b"a%d" % i for i in range(16)] + [b"b%d" % i for i in range(6)]
     )
     offsets = json.loads((tmp_path / "ckpt" / "offsets" / "0").read_text().splitlines()[-1])
-    assert list(offsets) == [topic]
+    assert list(offsets) == [EPOCHS_KEY, topic]
     assert list(offsets[topic]) == ["0", "1"]
+    assert list(offsets[EPOCHS_KEY][topic]) == ["0", "1"]
 
 
 def test_batch_read_with_offsets_headers_and_min_partitions(

@@ -11,17 +11,25 @@ from hypothesis import strategies as st
 
 from client.spark.errors import SourceOptionError
 from client.spark.offsets import (
+    EPOCHS_KEY,
     TP,
     OffsetRange,
     OffsetSpec,
     canonical,
+    delay_batch,
+    epochs_of,
     flatten,
     nest,
+    parse_duration_ms,
     parse_offset_spec,
+    parse_timestamp,
+    parse_timestamps_by_partition,
     plan_ranges,
     rate_limit,
     resolve_spec,
+    resolve_timestamps,
     split_ranges,
+    timestamps_to_look_up,
     to_json,
 )
 
@@ -200,3 +208,190 @@ def test_split_ranges_covers_the_same_offsets_exactly_once(
 def test_split_ranges_hits_the_hint_for_one_big_range() -> None:
     pieces = split_ranges([OffsetRange(topic="t", partition=0, start=0, end=10)], 3)
     assert [(p.start, p.end) for p in pieces] == [(0, 4), (4, 7), (7, 10)]
+
+
+@given(ranges_strategy, st.one_of(st.none(), st.integers(1, 40)), st.integers(1, 50))
+def test_max_records_per_partition_bounds_every_piece(
+    ranges: list[OffsetRange], min_partitions: int | None, max_records: int
+) -> None:
+    pieces = split_ranges(ranges, min_partitions, max_records)
+    covered = sorted((p.partition, o) for p in pieces for o in range(p.start, p.end))
+    assert covered == sorted((r.partition, o) for r in ranges for o in range(r.start, r.end))
+    assert all(0 < p.size <= max_records for p in pieces)
+    # The fewest pieces that respect the bound, unless minPartitions asks for more.
+    fewest = sum(-(-r.size // max_records) for r in ranges)
+    if min_partitions is None or fewest >= min_partitions:
+        assert len(pieces) == fewest
+
+
+@pytest.mark.parametrize(
+    ("size", "min_partitions", "max_records", "expected"),
+    [
+        (10, None, 4, [(0, 4), (4, 7), (7, 10)]),
+        (10, None, 10, [(0, 10)]),
+        (10, None, 100, [(0, 10)]),
+        (10, 5, 4, [(0, 2), (2, 4), (4, 6), (6, 7), (7, 9), (9, 10)]),
+        (10, 2, 4, [(0, 4), (4, 7), (7, 10)]),
+    ],
+    ids=["cut-in-3", "exact", "bound-above-size", "min-partitions-wins", "max-records-wins"],
+)
+def test_max_records_and_min_partitions_together(
+    size: int, min_partitions: int | None, max_records: int, expected: list[tuple[int, int]]
+) -> None:
+    pieces = split_ranges(
+        [OffsetRange(topic="t", partition=0, start=0, end=size)], min_partitions, max_records
+    )
+    assert [(p.start, p.end) for p in pieces] == expected
+
+
+# ---- timestamps ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (" 1700000000000 ", OffsetSpec(kind="timestamp", timestamp_ms=1_700_000_000_000)),
+        ("0", OffsetSpec(kind="timestamp", timestamp_ms=0)),
+    ],
+)
+def test_parse_timestamp(text: str, expected: OffsetSpec) -> None:
+    assert parse_timestamp(text, option="startingTimestamp") == expected
+
+
+@pytest.mark.parametrize("text", ["-5", "soon", "1.5", ""])
+def test_parse_timestamp_rejects_non_times(text: str) -> None:
+    with pytest.raises(SourceOptionError, match="startingTimestamp must be a time in milli"):
+        parse_timestamp(text, option="startingTimestamp")
+
+
+def test_parse_timestamps_by_partition() -> None:
+    got = parse_timestamps_by_partition(
+        '{"b": {"1": 20, "0": 10}, "a": {"0": 5}}', option="startingOffsetsByTimestamp"
+    )
+    assert got == OffsetSpec(kind="timestamp", offsets={("a", 0): 5, ("b", 0): 10, ("b", 1): 20})
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        ("{", "cannot parse"),
+        ("{}", "must be JSON like"),
+        ('{"t": {"0": -1}}', "timestamp -1 for t-0 is negative"),
+        ('{"t": {"-1": 5}}', "partition -1 of 't' is negative"),
+        ('{"t": {"0": "soon"}}', "offset of t-0 must be an integer"),
+    ],
+)
+def test_parse_timestamps_by_partition_errors(text: str, match: str) -> None:
+    with pytest.raises(SourceOptionError, match=match):
+        parse_timestamps_by_partition(text, option="endingOffsetsByTimestamp")
+
+
+def test_timestamps_to_look_up_global_and_per_partition() -> None:
+    tps = [("t", 1), ("t", 0)]
+    assert timestamps_to_look_up(
+        OffsetSpec(kind="timestamp", timestamp_ms=7), tps, option="startingTimestamp"
+    ) == {("t", 0): 7, ("t", 1): 7}
+    per = OffsetSpec(kind="timestamp", offsets={("t", 0): 1, ("t", 1): 2})
+    assert timestamps_to_look_up(per, tps, option="x") == {("t", 0): 1, ("t", 1): 2}
+    with pytest.raises(SourceOptionError, match=r"a timestamp for every partition.*missing t-1"):
+        timestamps_to_look_up(OffsetSpec(kind="timestamp", offsets={("t", 0): 1}), tps, option="x")
+
+
+@pytest.mark.parametrize(
+    ("found", "no_match", "expected"),
+    [
+        ({("t", 0): 4, ("t", 1): 0}, "error", {("t", 0): 4, ("t", 1): 0}),
+        ({("t", 0): 4, ("t", 1): -1}, "latest", {("t", 0): 4, ("t", 1): 90}),
+    ],
+    ids=["all-found", "none-found-takes-latest"],
+)
+def test_resolve_timestamps(found: dict[TP, int], no_match: str, expected: dict[TP, int]) -> None:
+    times = {("t", 0): 100, ("t", 1): 100}
+    latest = {("t", 0): 50, ("t", 1): 90}
+    assert (
+        resolve_timestamps(found, times=times, latest=latest, no_match=no_match, option="x")
+        == expected
+    )
+
+
+def test_resolve_timestamps_error_strategy_names_the_partitions() -> None:
+    with pytest.raises(
+        SourceOptionError,
+        match=r"startingTimestamp: no record at or after the given time in t-1 \(timestamp 100\)",
+    ):
+        resolve_timestamps(
+            {("t", 0): 3, ("t", 1): -1},
+            times={("t", 0): 100, ("t", 1): 100},
+            latest={},
+            no_match="error",
+            option="startingTimestamp",
+        )
+
+
+def test_resolve_spec_refuses_a_timestamp_spec() -> None:
+    with pytest.raises(ValueError, match="cannot resolve a 'timestamp' spec"):
+        resolve_spec(
+            OffsetSpec(kind="timestamp", timestamp_ms=1), [], earliest={}, latest={}, option="x"
+        )
+
+
+@pytest.mark.parametrize(
+    ("text", "expected_ms"),
+    [
+        ("15m", 900_000),
+        ("30s", 30_000),
+        ("500ms", 500),
+        ("250", 250),
+        (" 2h ", 7_200_000),
+        ("1d", 86_400_000),
+        ("3min", 180_000),
+    ],
+)
+def test_parse_duration_ms(text: str, expected_ms: int) -> None:
+    assert parse_duration_ms(text, option="maxTriggerDelay") == expected_ms
+
+
+@pytest.mark.parametrize("text", ["", "soon", "-5s", "5 weeks", "1.5s"])
+def test_parse_duration_ms_rejects(text: str) -> None:
+    with pytest.raises(SourceOptionError, match="maxTriggerDelay must be a duration"):
+        parse_duration_ms(text, option="maxTriggerDelay")
+
+
+@pytest.mark.parametrize(
+    ("new_records", "now_ms", "last_trigger_ms", "delayed"),
+    [
+        (10, 1_000, 900, False),  # enough records
+        (3, 1_000, None, False),  # the first trigger always runs (as Spark)
+        (3, 1_000, 500, True),  # too few, delay not yet over
+        (3, 1_600, 500, False),  # too few, but maxTriggerDelay has passed
+        (3, 1_499, 500, True),  # one ms short of the delay
+    ],
+    ids=["enough", "first", "wait", "delay-over", "just-before"],
+)
+def test_delay_batch(
+    new_records: int, now_ms: float, last_trigger_ms: float | None, delayed: bool
+) -> None:
+    got = delay_batch(
+        new_records=new_records,
+        min_records=10,
+        now_ms=now_ms,
+        last_trigger_ms=last_trigger_ms,
+        max_delay_ms=1_000,
+    )
+    assert got is delayed
+
+
+def test_leader_epochs_ride_along_and_old_checkpoints_still_load() -> None:
+    offsets = {("t", 1): 7, ("t", 0): 30}
+    nested = nest(offsets, {("t", 0): 3, ("gone", 0): 1})
+    assert json.dumps(nested) == '{"@leaderEpochs": {"t": {"0": 3}}, "t": {"0": 30, "1": 7}}'
+    assert list(nest({("0t", 0): 1}, {("0t", 0): 2})) == ["0t", EPOCHS_KEY]
+    assert flatten(nested) == offsets
+    assert epochs_of(nested) == {("t", 0): 3}
+    assert canonical(json.loads(json.dumps(nested))) == nested
+    legacy = {"t": {"0": 30, "1": 7}}  # written before epochs were kept
+    assert flatten(legacy) == offsets
+    assert epochs_of(legacy) == {}
+    assert nest(offsets, {}) == nest(offsets) == legacy
+    with pytest.raises(ValueError, match="@leaderEpochs must be an object"):
+        epochs_of({"t": {"0": 1}, EPOCHS_KEY: 5})

@@ -6,7 +6,13 @@ import pytest
 
 from client.spark.errors import SourceOptionError
 from client.spark.offsets import OffsetSpec
-from client.spark.options import DEFAULT_POLL_TIMEOUT_MS, TlsSettings, parse_options
+from client.spark.options import (
+    DEFAULT_MAX_TRIGGER_DELAY_MS,
+    DEFAULT_POLL_TIMEOUT_MS,
+    FetchConfig,
+    TlsSettings,
+    parse_options,
+)
 
 BASE = {"kafka.bootstrap.servers": "127.0.0.1:9092"}
 
@@ -104,6 +110,143 @@ def test_kafka_client_options_are_ignored_not_rejected(caplog: pytest.LogCapture
     assert got.topics == ("t",)
     assert "kafka.group.id" in caplog.text
     assert "groupidprefix" in caplog.text
+
+
+def test_timestamp_options_take_precedence_as_in_spark() -> None:
+    both = {
+        **BASE,
+        "subscribe": "t",
+        "startingOffsets": "earliest",
+        "startingOffsetsByTimestamp": '{"t": {"0": 5}}',
+    }
+    got = parse_options(both, streaming=True)
+    assert got.starting == OffsetSpec(kind="timestamp", offsets={("t", 0): 5})
+    got = parse_options({**both, "startingTimestamp": "7"}, streaming=True)
+    assert got.starting == OffsetSpec(kind="timestamp", timestamp_ms=7)
+    assert got.starting_no_match == "error"
+    batch = parse_options(
+        {
+            **BASE,
+            "subscribe": "t",
+            "endingOffsets": '{"t": {"0": 3}}',
+            "endingOffsetsByTimestamp": '{"t": {"0": 9}}',
+            "startingOffsetsByTimestampStrategy": "LATEST",
+        },
+        streaming=False,
+    )
+    assert batch.ending == OffsetSpec(kind="timestamp", offsets={("t", 0): 9})
+    assert batch.starting_no_match == "latest"
+    batch = parse_options(
+        {**BASE, "subscribe": "t", "endingTimestamp": "11", "endingOffsetsByTimestamp": "{"},
+        streaming=False,
+    )
+    assert batch.ending == OffsetSpec(kind="timestamp", timestamp_ms=11)
+
+
+def test_max_records_per_partition_and_consumer_settings() -> None:
+    got = parse_options(
+        {
+            **BASE,
+            "subscribe": "t",
+            "maxRecordsPerPartition": "1000",
+            "kafka.fetch.max.bytes": "1048576",
+            "kafka.max.partition.fetch.bytes": "65536",
+            "kafka.fetch.max.wait.ms": "0",
+            "kafka.request.timeout.ms": "9000",
+        },
+        streaming=True,
+    )
+    assert got.max_records_per_partition == 1000
+    assert got.fetch == FetchConfig(
+        fetch_max_bytes=1 << 20,
+        max_partition_fetch_bytes=65536,
+        fetch_max_wait_ms=0,
+        request_timeout_ms=9000,
+    )
+    assert parse_options({**BASE, "subscribe": "t"}, streaming=True).fetch == FetchConfig()
+
+
+@pytest.mark.parametrize(
+    ("extra", "streaming", "match"),
+    [
+        ({"endingTimestamp": "5"}, True, "endingTimestamp is only for batch"),
+        ({"endingOffsetsByTimestamp": '{"t": {"0": 5}}'}, True, "only for batch"),
+        ({"startingTimestamp": "yesterday"}, True, "startingTimestamp must be a time"),
+        ({"startingOffsetsByTimestamp": "[1]"}, True, "must be JSON like"),
+        ({"startingOffsetsByTimestampStrategy": "skip"}, True, "'error' or 'latest'"),
+        ({"maxRecordsPerPartition": "0"}, False, "maxRecordsPerPartition must be a positive"),
+        ({"kafka.fetch.max.bytes": "0"}, True, r"kafka.fetch.max.bytes must be an integer >= 1"),
+        ({"kafka.fetch.max.wait.ms": "x"}, True, "must be an integer >= 0, got 'x'"),
+        ({"kafka.auto.offset.reset": "earliest"}, True, "not supported: set startingOffsets"),
+        ({"kafka.value.deserializer": "x"}, True, "values are always binary"),
+        ({"kafka.max.poll.records": "5"}, True, r"unknown option 'kafka.max.poll.records'.*"),
+    ],
+    ids=[
+        "ending-ts-in-stream",
+        "ending-by-ts-in-stream",
+        "bad-starting-ts",
+        "by-ts-not-object",
+        "bad-strategy",
+        "max-records-zero",
+        "fetch-bytes-zero",
+        "fetch-wait-text",
+        "auto-offset-reset",
+        "deserializer",
+        "unknown-kafka-option",
+    ],
+)
+def test_new_options_are_checked(extra: dict[str, str], streaming: bool, match: str) -> None:
+    with pytest.raises(SourceOptionError, match=match):
+        parse_options({**BASE, "subscribe": "t", **extra}, streaming=streaming)
+
+
+def test_unknown_option_error_lists_the_valid_ones() -> None:
+    with pytest.raises(SourceOptionError) as info:
+        parse_options({**BASE, "subscribe": "t", "startingOffset": "earliest"}, streaming=True)
+    message = str(info.value)
+    for name in (
+        "startingOffsets",
+        "startingTimestamp",
+        "endingOffsetsByTimestamp",
+        "maxRecordsPerPartition",
+        "kafka.fetch.max.bytes",
+    ):
+        assert name in message
+
+
+def test_min_offsets_per_trigger_and_max_trigger_delay() -> None:
+    got = parse_options(
+        {**BASE, "subscribe": "t", "minOffsetsPerTrigger": "100", "maxOffsetsPerTrigger": "500"},
+        streaming=True,
+    )
+    assert got.min_offsets_per_trigger == 100
+    assert got.max_trigger_delay_ms == DEFAULT_MAX_TRIGGER_DELAY_MS == 900_000
+    got = parse_options(
+        {**BASE, "subscribe": "t", "minOffsetsPerTrigger": "1", "maxTriggerDelay": "30s"},
+        streaming=True,
+    )
+    assert got.max_trigger_delay_ms == 30_000
+
+
+@pytest.mark.parametrize(
+    ("extra", "streaming", "match"),
+    [
+        ({"minOffsetsPerTrigger": "5"}, False, "minOffsetsPerTrigger is only for streaming"),
+        (
+            {"minOffsetsPerTrigger": "9", "maxOffsetsPerTrigger": "5"},
+            True,
+            r"\(9\) must not exceed",
+        ),
+        ({"maxTriggerDelay": "5m"}, True, "maxTriggerDelay needs minOffsetsPerTrigger"),
+        ({"minOffsetsPerTrigger": "5", "maxTriggerDelay": "later"}, True, "must be a duration"),
+    ],
+    ids=["min-in-batch", "min-above-max", "delay-alone", "bad-delay"],
+)
+def test_min_offsets_options_are_checked(
+    extra: dict[str, str], streaming: bool, match: str
+) -> None:
+    with pytest.raises(SourceOptionError, match=match):
+        parse_options({**BASE, "subscribe": "t", **extra}, streaming=streaming)
 
 
 def test_tls_options() -> None:
