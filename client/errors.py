@@ -264,6 +264,61 @@ class IneligibleReplicaError(BrokerResponseError):
     default_code = ErrorCode.INELIGIBLE_REPLICA
 
 
+# Group coordinator and membership codes (kafka-python's class names).
+
+
+class CoordinatorLoadInProgressError(BrokerResponseError):
+    default_code = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+
+
+class CoordinatorNotAvailableError(BrokerResponseError):
+    default_code = ErrorCode.COORDINATOR_NOT_AVAILABLE
+
+
+class NotCoordinatorError(BrokerResponseError):
+    default_code = ErrorCode.NOT_COORDINATOR
+
+
+class InvalidGroupIdError(BrokerResponseError):
+    default_code = ErrorCode.INVALID_GROUP_ID
+
+
+class UnknownMemberIdError(BrokerResponseError):
+    default_code = ErrorCode.UNKNOWN_MEMBER_ID
+
+
+class InvalidSessionTimeoutError(BrokerResponseError):
+    default_code = ErrorCode.INVALID_SESSION_TIMEOUT
+
+
+class NonEmptyGroupError(BrokerResponseError):
+    default_code = ErrorCode.NON_EMPTY_GROUP
+
+
+class GroupIdNotFoundError(BrokerResponseError):
+    default_code = ErrorCode.GROUP_ID_NOT_FOUND
+
+
+class GroupMaxSizeReachedError(BrokerResponseError):
+    default_code = ErrorCode.GROUP_MAX_SIZE_REACHED
+
+
+class FencedMemberEpochError(BrokerResponseError):
+    default_code = ErrorCode.FENCED_MEMBER_EPOCH
+
+
+class UnreleasedInstanceIdError(BrokerResponseError):
+    default_code = ErrorCode.UNRELEASED_INSTANCE_ID
+
+
+class UnsupportedAssignorError(BrokerResponseError):
+    default_code = ErrorCode.UNSUPPORTED_ASSIGNOR
+
+
+class StaleMemberEpochError(BrokerResponseError):
+    default_code = ErrorCode.STALE_MEMBER_EPOCH
+
+
 # ---- client-side conditions ---------------------------------------------------------
 
 
