@@ -18,6 +18,9 @@ from typing import Final, Protocol
 import grpc
 import msgspec
 
+from broker.group.coordinator import GroupCoordinator, Refusal
+from broker.group.model import TopicPartition
+from broker.group.offsets import OffsetRecord
 from broker.metadata_cache import MetadataCache
 from broker.replica.manager import (
     FetchItem,
@@ -184,7 +187,9 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         external: bool = False,
         response_budget: ResponseBudget | None = None,
         message_limit_bytes: int = GRPC_MESSAGE_BYTES_MAX,
+        coordinator: GroupCoordinator | None = None,
     ) -> None:
+        self._coordinator = coordinator
         self._replicas = replicas
         self._metadata = metadata
         self._external = external
@@ -368,6 +373,128 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
                     elr=info.elr,
                     last_known_elr=info.last_known_elr,
                 )
+        return response
+
+    # ---- consumer groups -------------------------------------------------------------
+
+    def _group_coordinator(self) -> GroupCoordinator | Refusal:
+        if self._coordinator is None:
+            return Refusal(ErrorCode.COORDINATOR_NOT_AVAILABLE, "this broker has no coordinator")
+        return self._coordinator
+
+    async def FindCoordinator(
+        self,
+        request: broker_pb2.FindCoordinatorRequest,
+        context: grpc.aio.ServicerContext[
+            broker_pb2.FindCoordinatorRequest, broker_pb2.FindCoordinatorResponse
+        ],
+    ) -> broker_pb2.FindCoordinatorResponse:
+        response = broker_pb2.FindCoordinatorResponse()
+        coordinator = self._group_coordinator()
+        for group_id in request.group_ids:
+            entry = response.coordinators.add(group_id=group_id, node_id=-1, partition=-1)
+            if not group_id:
+                entry.error_code = int(ErrorCode.INVALID_GROUP_ID)
+                entry.error_message = "group id must not be empty"
+                continue
+            if isinstance(coordinator, Refusal):
+                entry.error_code, entry.error_message = int(coordinator.code), coordinator.message
+                continue
+            answer = await coordinator.find_coordinator(group_id)
+            entry.partition = answer.partition
+            if answer.error is not None:
+                entry.error_code = int(answer.error.code)
+                entry.error_message = answer.error.message
+                continue
+            entry.node_id = answer.node_id
+            endpoint = self._metadata.brokers[answer.node_id]
+            entry.host, entry.port = endpoint.address(external=self._external)
+        return response
+
+    async def OffsetCommit(
+        self,
+        request: broker_pb2.OffsetCommitRequest,
+        context: grpc.aio.ServicerContext[
+            broker_pb2.OffsetCommitRequest, broker_pb2.OffsetCommitResponse
+        ],
+    ) -> broker_pb2.OffsetCommitResponse:
+        if request.timeout_ms < 0 or request.timeout_ms > REQUEST_TIMEOUT_MS_MAX:
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"timeout_ms must be in [0, {REQUEST_TIMEOUT_MS_MAX}], got {request.timeout_ms}",
+            )
+        bad = next((p for p in request.partitions if p.offset < 0 or p.partition < 0), None)
+        if bad is not None:
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"offset and partition must be >= 0, got offset {bad.offset} for "
+                f"{bad.topic}-{bad.partition}",
+            )
+        refusal: Refusal | None
+        coordinator = self._group_coordinator()
+        if not request.group_id:
+            refusal = Refusal(ErrorCode.INVALID_GROUP_ID, "group id must not be empty")
+        elif isinstance(coordinator, Refusal):
+            refusal = coordinator
+        else:
+            refusal = await coordinator.commit(
+                request.group_id,
+                member_id=request.member_id,
+                member_epoch=request.member_epoch,
+                offsets=[
+                    (
+                        TopicPartition(p.topic, p.partition),
+                        OffsetRecord(
+                            offset=p.offset, leader_epoch=p.leader_epoch, metadata=p.metadata
+                        ),
+                    )
+                    for p in request.partitions
+                ],
+                timeout_ms=request.timeout_ms,
+            )
+        response = broker_pb2.OffsetCommitResponse()
+        code, message = (ErrorCode.NONE, "") if refusal is None else (refusal.code, refusal.message)
+        response.error_code, response.error_message = int(code), message
+        for p in request.partitions:
+            response.partitions.add(
+                topic=p.topic, partition=p.partition, error_code=int(code), error_message=message
+            )
+        return response
+
+    async def OffsetFetch(
+        self,
+        request: broker_pb2.OffsetFetchRequest,
+        context: grpc.aio.ServicerContext[
+            broker_pb2.OffsetFetchRequest, broker_pb2.OffsetFetchResponse
+        ],
+    ) -> broker_pb2.OffsetFetchResponse:
+        response = broker_pb2.OffsetFetchResponse()
+        coordinator = self._group_coordinator()
+        if not request.group_id:
+            answer: dict[TopicPartition, OffsetRecord | None] | Refusal = Refusal(
+                ErrorCode.INVALID_GROUP_ID, "group id must not be empty"
+            )
+        elif isinstance(coordinator, Refusal):
+            answer = coordinator
+        else:
+            answer = coordinator.fetch(
+                request.group_id,
+                member_id=request.member_id,
+                member_epoch=request.member_epoch,
+                partitions=[TopicPartition(p.topic, p.partition) for p in request.partitions]
+                or None,
+            )
+        if isinstance(answer, Refusal):
+            response.error_code, response.error_message = int(answer.code), answer.message
+            return response
+        for tp, record in answer.items():
+            response.partitions.add(
+                topic=tp.topic,
+                partition=tp.partition,
+                offset=-1 if record is None else record.offset,
+                leader_epoch=-1 if record is None else record.leader_epoch,
+                metadata="" if record is None else record.metadata,
+            )
         return response
 
     # ---- admin, forwarded ---------------------------------------------------------

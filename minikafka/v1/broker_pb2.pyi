@@ -948,3 +948,308 @@ class GetReplicaLogInfoResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GetReplicaLogInfoResponse: _TypeAlias = GetReplicaLogInfoResponse  # noqa: Y015
+
+@_typing.final
+class FindCoordinatorRequest(_message.Message):
+    """---- Consumer groups -----------------------------------------------------------"""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_IDS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def group_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        group_ids: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group_ids", b"group_ids"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FindCoordinatorRequest: _TypeAlias = FindCoordinatorRequest  # noqa: Y015
+
+@_typing.final
+class Coordinator(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_ID_FIELD_NUMBER: _builtins.int
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    NODE_ID_FIELD_NUMBER: _builtins.int
+    HOST_FIELD_NUMBER: _builtins.int
+    PORT_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    group_id: _builtins.str
+    error_code: _builtins.int
+    """COORDINATOR_NOT_AVAILABLE while the partition has no leader"""
+    error_message: _builtins.str
+    node_id: _builtins.int
+    host: _builtins.str
+    port: _builtins.int
+    partition: _builtins.int
+    """the group's __consumer_offsets partition"""
+    def __init__(
+        self,
+        *,
+        group_id: _builtins.str = ...,
+        error_code: _builtins.int = ...,
+        error_message: _builtins.str = ...,
+        node_id: _builtins.int = ...,
+        host: _builtins.str = ...,
+        port: _builtins.int = ...,
+        partition: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "group_id", b"group_id", "host", b"host", "node_id", b"node_id", "partition", b"partition", "port", b"port"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Coordinator: _TypeAlias = Coordinator  # noqa: Y015
+
+@_typing.final
+class FindCoordinatorResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    COORDINATORS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def coordinators(self) -> _containers.RepeatedCompositeFieldContainer[Global___Coordinator]: ...
+    def __init__(
+        self,
+        *,
+        coordinators: _abc.Iterable[Global___Coordinator] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["coordinators", b"coordinators"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FindCoordinatorResponse: _TypeAlias = FindCoordinatorResponse  # noqa: Y015
+
+@_typing.final
+class OffsetCommitPartition(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    OFFSET_FIELD_NUMBER: _builtins.int
+    LEADER_EPOCH_FIELD_NUMBER: _builtins.int
+    METADATA_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    partition: _builtins.int
+    offset: _builtins.int
+    """the next offset to consume"""
+    leader_epoch: _builtins.int
+    """of the record before `offset`; -1 unknown"""
+    metadata: _builtins.str
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        partition: _builtins.int = ...,
+        offset: _builtins.int = ...,
+        leader_epoch: _builtins.int = ...,
+        metadata: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["leader_epoch", b"leader_epoch", "metadata", b"metadata", "offset", b"offset", "partition", b"partition", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OffsetCommitPartition: _TypeAlias = OffsetCommitPartition  # noqa: Y015
+
+@_typing.final
+class OffsetCommitRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_ID_FIELD_NUMBER: _builtins.int
+    MEMBER_ID_FIELD_NUMBER: _builtins.int
+    MEMBER_EPOCH_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    TIMEOUT_MS_FIELD_NUMBER: _builtins.int
+    group_id: _builtins.str
+    member_id: _builtins.str
+    """The member's id and epoch (ConsumerGroupHeartbeat); "" and -1 for a commit outside
+    the group's membership (an admin, or a consumer without subscribe()), accepted only
+    while the group has no members.
+    """
+    member_epoch: _builtins.int
+    timeout_ms: _builtins.int
+    """0: the broker's default"""
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___OffsetCommitPartition]: ...
+    def __init__(
+        self,
+        *,
+        group_id: _builtins.str = ...,
+        member_id: _builtins.str = ...,
+        member_epoch: _builtins.int = ...,
+        partitions: _abc.Iterable[Global___OffsetCommitPartition] | None = ...,
+        timeout_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group_id", b"group_id", "member_epoch", b"member_epoch", "member_id", b"member_id", "partitions", b"partitions", "timeout_ms", b"timeout_ms"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OffsetCommitRequest: _TypeAlias = OffsetCommitRequest  # noqa: Y015
+
+@_typing.final
+class OffsetCommitPartitionResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    partition: _builtins.int
+    error_code: _builtins.int
+    error_message: _builtins.str
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        partition: _builtins.int = ...,
+        error_code: _builtins.int = ...,
+        error_message: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "partition", b"partition", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OffsetCommitPartitionResponse: _TypeAlias = OffsetCommitPartitionResponse  # noqa: Y015
+
+@_typing.final
+class OffsetCommitResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    error_code: _builtins.int
+    """Request-level refusal (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS,
+    STALE_MEMBER_EPOCH, UNKNOWN_MEMBER_ID, ...); each partition then carries it too.
+    """
+    error_message: _builtins.str
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___OffsetCommitPartitionResponse]: ...
+    def __init__(
+        self,
+        *,
+        error_code: _builtins.int = ...,
+        error_message: _builtins.str = ...,
+        partitions: _abc.Iterable[Global___OffsetCommitPartitionResponse] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "partitions", b"partitions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OffsetCommitResponse: _TypeAlias = OffsetCommitResponse  # noqa: Y015
+
+@_typing.final
+class OffsetFetchRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_ID_FIELD_NUMBER: _builtins.int
+    MEMBER_ID_FIELD_NUMBER: _builtins.int
+    MEMBER_EPOCH_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    group_id: _builtins.str
+    member_id: _builtins.str
+    """"" and -1: no member (always answered)"""
+    member_epoch: _builtins.int
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.TopicPartition]:
+        """empty: every partition with a committed offset"""
+
+    def __init__(
+        self,
+        *,
+        group_id: _builtins.str = ...,
+        member_id: _builtins.str = ...,
+        member_epoch: _builtins.int = ...,
+        partitions: _abc.Iterable[_common_pb2.TopicPartition] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group_id", b"group_id", "member_epoch", b"member_epoch", "member_id", b"member_id", "partitions", b"partitions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OffsetFetchRequest: _TypeAlias = OffsetFetchRequest  # noqa: Y015
+
+@_typing.final
+class OffsetFetchPartitionResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    OFFSET_FIELD_NUMBER: _builtins.int
+    LEADER_EPOCH_FIELD_NUMBER: _builtins.int
+    METADATA_FIELD_NUMBER: _builtins.int
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    partition: _builtins.int
+    offset: _builtins.int
+    """-1: no committed offset"""
+    leader_epoch: _builtins.int
+    metadata: _builtins.str
+    error_code: _builtins.int
+    error_message: _builtins.str
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        partition: _builtins.int = ...,
+        offset: _builtins.int = ...,
+        leader_epoch: _builtins.int = ...,
+        metadata: _builtins.str = ...,
+        error_code: _builtins.int = ...,
+        error_message: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "leader_epoch", b"leader_epoch", "metadata", b"metadata", "offset", b"offset", "partition", b"partition", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OffsetFetchPartitionResponse: _TypeAlias = OffsetFetchPartitionResponse  # noqa: Y015
+
+@_typing.final
+class OffsetFetchResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    error_code: _builtins.int
+    """request-level refusal; never read as "no committed offset" """
+    error_message: _builtins.str
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___OffsetFetchPartitionResponse]: ...
+    def __init__(
+        self,
+        *,
+        error_code: _builtins.int = ...,
+        error_message: _builtins.str = ...,
+        partitions: _abc.Iterable[Global___OffsetFetchPartitionResponse] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "partitions", b"partitions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OffsetFetchResponse: _TypeAlias = OffsetFetchResponse  # noqa: Y015

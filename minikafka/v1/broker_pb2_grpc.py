@@ -101,6 +101,21 @@ class BrokerServiceStub:
                 request_serializer=minikafka_dot_v1_dot_raft__pb2.DescribeQuorumRequest.SerializeToString,
                 response_deserializer=minikafka_dot_v1_dot_raft__pb2.DescribeQuorumResponse.FromString,
                 _registered_method=True)
+        self.FindCoordinator = channel.unary_unary(
+                '/minikafka.v1.BrokerService/FindCoordinator',
+                request_serializer=minikafka_dot_v1_dot_broker__pb2.FindCoordinatorRequest.SerializeToString,
+                response_deserializer=minikafka_dot_v1_dot_broker__pb2.FindCoordinatorResponse.FromString,
+                _registered_method=True)
+        self.OffsetCommit = channel.unary_unary(
+                '/minikafka.v1.BrokerService/OffsetCommit',
+                request_serializer=minikafka_dot_v1_dot_broker__pb2.OffsetCommitRequest.SerializeToString,
+                response_deserializer=minikafka_dot_v1_dot_broker__pb2.OffsetCommitResponse.FromString,
+                _registered_method=True)
+        self.OffsetFetch = channel.unary_unary(
+                '/minikafka.v1.BrokerService/OffsetFetch',
+                request_serializer=minikafka_dot_v1_dot_broker__pb2.OffsetFetchRequest.SerializeToString,
+                response_deserializer=minikafka_dot_v1_dot_broker__pb2.OffsetFetchResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServiceServicer:
@@ -186,6 +201,26 @@ class BrokerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def FindCoordinator(self, request, context):
+        """Consumer groups. A group's coordinator is the leader of its partition of the internal
+        topic __consumer_offsets (created on first use); commits are records of that topic.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def OffsetCommit(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def OffsetFetch(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -253,6 +288,21 @@ def add_BrokerServiceServicer_to_server(servicer, server):
                     servicer.DescribeQuorum,
                     request_deserializer=minikafka_dot_v1_dot_raft__pb2.DescribeQuorumRequest.FromString,
                     response_serializer=minikafka_dot_v1_dot_raft__pb2.DescribeQuorumResponse.SerializeToString,
+            ),
+            'FindCoordinator': grpc.unary_unary_rpc_method_handler(
+                    servicer.FindCoordinator,
+                    request_deserializer=minikafka_dot_v1_dot_broker__pb2.FindCoordinatorRequest.FromString,
+                    response_serializer=minikafka_dot_v1_dot_broker__pb2.FindCoordinatorResponse.SerializeToString,
+            ),
+            'OffsetCommit': grpc.unary_unary_rpc_method_handler(
+                    servicer.OffsetCommit,
+                    request_deserializer=minikafka_dot_v1_dot_broker__pb2.OffsetCommitRequest.FromString,
+                    response_serializer=minikafka_dot_v1_dot_broker__pb2.OffsetCommitResponse.SerializeToString,
+            ),
+            'OffsetFetch': grpc.unary_unary_rpc_method_handler(
+                    servicer.OffsetFetch,
+                    request_deserializer=minikafka_dot_v1_dot_broker__pb2.OffsetFetchRequest.FromString,
+                    response_serializer=minikafka_dot_v1_dot_broker__pb2.OffsetFetchResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -606,6 +656,87 @@ class BrokerService:
             '/minikafka.v1.BrokerService/DescribeQuorum',
             minikafka_dot_v1_dot_raft__pb2.DescribeQuorumRequest.SerializeToString,
             minikafka_dot_v1_dot_raft__pb2.DescribeQuorumResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FindCoordinator(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/minikafka.v1.BrokerService/FindCoordinator',
+            minikafka_dot_v1_dot_broker__pb2.FindCoordinatorRequest.SerializeToString,
+            minikafka_dot_v1_dot_broker__pb2.FindCoordinatorResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def OffsetCommit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/minikafka.v1.BrokerService/OffsetCommit',
+            minikafka_dot_v1_dot_broker__pb2.OffsetCommitRequest.SerializeToString,
+            minikafka_dot_v1_dot_broker__pb2.OffsetCommitResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def OffsetFetch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/minikafka.v1.BrokerService/OffsetFetch',
+            minikafka_dot_v1_dot_broker__pb2.OffsetFetchRequest.SerializeToString,
+            minikafka_dot_v1_dot_broker__pb2.OffsetFetchResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -52,6 +52,12 @@ class BrokerServiceStub:
     DescribePartitionHistory: _grpc.UnaryUnaryMultiCallable[_controller_pb2.DescribePartitionHistoryRequest, _controller_pb2.DescribePartitionHistoryResponse]
     DescribeQuorum: _grpc.UnaryUnaryMultiCallable[_raft_pb2.DescribeQuorumRequest, _raft_pb2.DescribeQuorumResponse]
     """The controller quorum, forwarded to the active controller (metadata-quorum describe)."""
+    FindCoordinator: _grpc.UnaryUnaryMultiCallable[_broker_pb2.FindCoordinatorRequest, _broker_pb2.FindCoordinatorResponse]
+    """Consumer groups. A group's coordinator is the leader of its partition of the internal
+    topic __consumer_offsets (created on first use); commits are records of that topic.
+    """
+    OffsetCommit: _grpc.UnaryUnaryMultiCallable[_broker_pb2.OffsetCommitRequest, _broker_pb2.OffsetCommitResponse]
+    OffsetFetch: _grpc.UnaryUnaryMultiCallable[_broker_pb2.OffsetFetchRequest, _broker_pb2.OffsetFetchResponse]
 
 @_typing.type_check_only
 class BrokerServiceAsyncStub(BrokerServiceStub):
@@ -71,6 +77,12 @@ class BrokerServiceAsyncStub(BrokerServiceStub):
     DescribePartitionHistory: _aio.UnaryUnaryMultiCallable[_controller_pb2.DescribePartitionHistoryRequest, _controller_pb2.DescribePartitionHistoryResponse]  # type: ignore[assignment]
     DescribeQuorum: _aio.UnaryUnaryMultiCallable[_raft_pb2.DescribeQuorumRequest, _raft_pb2.DescribeQuorumResponse]  # type: ignore[assignment]
     """The controller quorum, forwarded to the active controller (metadata-quorum describe)."""
+    FindCoordinator: _aio.UnaryUnaryMultiCallable[_broker_pb2.FindCoordinatorRequest, _broker_pb2.FindCoordinatorResponse]  # type: ignore[assignment]
+    """Consumer groups. A group's coordinator is the leader of its partition of the internal
+    topic __consumer_offsets (created on first use); commits are records of that topic.
+    """
+    OffsetCommit: _aio.UnaryUnaryMultiCallable[_broker_pb2.OffsetCommitRequest, _broker_pb2.OffsetCommitResponse]  # type: ignore[assignment]
+    OffsetFetch: _aio.UnaryUnaryMultiCallable[_broker_pb2.OffsetFetchRequest, _broker_pb2.OffsetFetchResponse]  # type: ignore[assignment]
 
 class BrokerServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -165,6 +177,30 @@ class BrokerServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_raft_pb2.DescribeQuorumResponse, _abc.Awaitable[_raft_pb2.DescribeQuorumResponse]]:
         """The controller quorum, forwarded to the active controller (metadata-quorum describe)."""
+
+    @_abc_1.abstractmethod
+    def FindCoordinator(
+        self,
+        request: _broker_pb2.FindCoordinatorRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_broker_pb2.FindCoordinatorResponse, _abc.Awaitable[_broker_pb2.FindCoordinatorResponse]]:
+        """Consumer groups. A group's coordinator is the leader of its partition of the internal
+        topic __consumer_offsets (created on first use); commits are records of that topic.
+        """
+
+    @_abc_1.abstractmethod
+    def OffsetCommit(
+        self,
+        request: _broker_pb2.OffsetCommitRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_broker_pb2.OffsetCommitResponse, _abc.Awaitable[_broker_pb2.OffsetCommitResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def OffsetFetch(
+        self,
+        request: _broker_pb2.OffsetFetchRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_broker_pb2.OffsetFetchResponse, _abc.Awaitable[_broker_pb2.OffsetFetchResponse]]: ...
 
 def add_BrokerServiceServicer_to_server(servicer: BrokerServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 

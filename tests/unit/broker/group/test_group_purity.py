@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-PURE_MODULES = ("model", "assignors", "reconcile", "membership")
+PURE_MODULES = ("model", "assignors", "reconcile", "membership", "offsets")
 FORBIDDEN = ("asyncio", "time", "random", "socket", "threading", "grpc", "os", "minikafka.v1")
 GROUP_DIR = Path(__file__).resolve().parents[4] / "broker" / "group"
 
