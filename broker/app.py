@@ -20,6 +20,7 @@ from broker.clock import Clock, SystemClock
 from broker.config import BrokerConfig
 from broker.controller_link import ControllerForwarder, ControllerLink
 from broker.group.coordinator import GroupCoordinator, OffsetsTopicSettings
+from broker.group.model import GroupConfig
 from broker.log.config import LogConfig
 from broker.log.manager import LogManager
 from broker.metadata_cache import BrokerInfo, MetadataCache
@@ -266,6 +267,10 @@ class Broker:
                 commit_timeout_ms=config.offsets_commit_timeout_ms,
             ),
             clock=self.clock,
+            group_config=GroupConfig(
+                session_timeout_ms=config.group_consumer_session_timeout_ms,
+                heartbeat_interval_ms=config.group_consumer_heartbeat_interval_ms,
+            ),
         )
         self.response_budget = budget = ResponseBudget(
             total_bytes=config.max_outstanding_response_bytes,

@@ -52,6 +52,8 @@ class BrokerConfig(msgspec.Struct, frozen=True, kw_only=True):
     offsets_topic_num_partitions: PositiveMs = 50
     offsets_topic_replication_factor: PositiveMs = 3
     offsets_commit_timeout_ms: PositiveMs = 5_000
+    group_consumer_session_timeout_ms: PositiveMs = 45_000
+    group_consumer_heartbeat_interval_ms: PositiveMs = 5_000
     # Topic defaults (per-topic configs override these)
     num_partitions: PositiveMs = 1
     min_insync_replicas: PositiveMs = 1

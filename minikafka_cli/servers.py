@@ -166,6 +166,15 @@ def group_options(func: F) -> F:
                 "--offsets-commit-timeout-ms",
                 "How long an offset commit waits for its record to be replicated.",
             ),
+            (
+                "--group-consumer-session-timeout-ms",
+                "A group member that sends no heartbeat for this long is fenced and its "
+                "partitions reassigned (a member may ask for its own, within 1 s .. 30 min).",
+            ),
+            (
+                "--group-consumer-heartbeat-interval-ms",
+                "How often group members are told to heartbeat.",
+            ),
         ]
     ):
         func = opt(

@@ -30,8 +30,8 @@ from typing import Protocol
 import msgspec
 
 from broker.clock import Clock
-from broker.group.membership import check_offset_commit, check_offset_fetch
-from broker.group.model import Group, TopicPartition
+from broker.group.membership import check_offset_commit, check_offset_fetch, expire, heartbeat
+from broker.group.model import Group, GroupConfig, HeartbeatRequest, HeartbeatResult, TopicPartition
 from broker.group.offsets import (
     OFFSETS_TOPIC,
     OffsetRecord,
@@ -101,7 +101,9 @@ class GroupCoordinator:
         admin: TopicCreator,
         settings: OffsetsTopicSettings,
         clock: Clock,
+        group_config: GroupConfig | None = None,
     ) -> None:
+        self._group_config = group_config or GroupConfig()
         self._replicas = replicas
         self._metadata = metadata
         self._admin = admin
@@ -185,7 +187,7 @@ class GroupCoordinator:
         if isinstance(found, Refusal):
             return found
         loaded, partition, index = found
-        check = check_offset_commit(loaded.groups.get(group_id), member_id, member_epoch)
+        check = check_offset_commit(self._group(loaded, group_id), member_id, member_epoch)
         if check is not ErrorCode.NONE:
             return Refusal(check, f"commit refused for member {member_id!r} epoch {member_epoch}")
         if not offsets:
@@ -232,12 +234,55 @@ class GroupCoordinator:
         if isinstance(found, Refusal):
             return found
         loaded = found[0]
-        check = check_offset_fetch(loaded.groups.get(group_id), member_id, member_epoch)
+        check = check_offset_fetch(self._group(loaded, group_id), member_id, member_epoch)
         if check is not ErrorCode.NONE:
             return Refusal(check, f"fetch refused for member {member_id!r} epoch {member_epoch}")
         committed = loaded.offsets.get(group_id, {})
         wanted = sorted(committed) if partitions is None else partitions
         return {tp: committed.get(tp) for tp in wanted}
+
+    # ---- ConsumerGroupHeartbeat -----------------------------------------------------
+
+    def heartbeat(self, group_id: str, request: HeartbeatRequest) -> HeartbeatResult:
+        """One member's heartbeat, by the pure rules of `membership` (membership lives in
+        memory: after a coordinator change members are unknown and join again)."""
+        found = self._serving(group_id)
+        if isinstance(found, Refusal):
+            return HeartbeatResult(error=int(found.code), message=found.message)
+        loaded = found[0]
+        group = self._group(loaded, group_id) or Group(
+            group_id=group_id, assignor=self._group_config.default_assignor
+        )
+        topics = {t for m in group.members.values() for t in m.subscribed_topics}
+        topics |= request.subscribed_topics or frozenset()
+        counts = {t: n for t in sorted(topics) if (n := len(self._metadata.partitions_of(t)))}
+        group, result = heartbeat(
+            group,
+            request,
+            partition_counts=counts,
+            now_ms=self._clock.monotonic_ms(),
+            config=self._group_config,
+        )
+        self._store(loaded, group)
+        return result
+
+    def _group(self, loaded: _Loaded, group_id: str) -> Group | None:
+        """The group with the members whose session or rebalance timeout passed removed."""
+        group = loaded.groups.get(group_id)
+        if group is None:
+            return None
+        group, expired = expire(group, now_ms=self._clock.monotonic_ms(), config=self._group_config)
+        if expired:
+            logger.info("group %s: fenced %s (session or rebalance timeout)", group_id, expired)
+            self._store(loaded, group)
+        return group
+
+    @staticmethod
+    def _store(loaded: _Loaded, group: Group) -> None:
+        if group.members:
+            loaded.groups[group.group_id] = group
+        else:
+            loaded.groups.pop(group.group_id, None)
 
     # ---- leadership and loading -----------------------------------------------------
 

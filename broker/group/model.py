@@ -55,7 +55,7 @@ class GroupConfig(msgspec.Struct, frozen=True, kw_only=True):
     """The coordinator's group settings (Kafka's `group.consumer.*` broker configs)."""
 
     session_timeout_ms: int = 45_000
-    min_session_timeout_ms: int = 6_000
+    min_session_timeout_ms: int = 1_000
     max_session_timeout_ms: int = 1_800_000
     heartbeat_interval_ms: int = 5_000
     max_size: int = 1_000

@@ -19,7 +19,7 @@ import grpc
 import msgspec
 
 from broker.group.coordinator import GroupCoordinator, Refusal
-from broker.group.model import TopicPartition
+from broker.group.model import HeartbeatRequest, HeartbeatResult, TopicPartition
 from broker.group.offsets import OffsetRecord
 from broker.metadata_cache import MetadataCache
 from broker.replica.manager import (
@@ -495,6 +495,55 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
                 leader_epoch=-1 if record is None else record.leader_epoch,
                 metadata="" if record is None else record.metadata,
             )
+        return response
+
+    async def ConsumerGroupHeartbeat(
+        self,
+        request: broker_pb2.ConsumerGroupHeartbeatRequest,
+        context: grpc.aio.ServicerContext[
+            broker_pb2.ConsumerGroupHeartbeatRequest, broker_pb2.ConsumerGroupHeartbeatResponse
+        ],
+    ) -> broker_pb2.ConsumerGroupHeartbeatResponse:
+        coordinator = self._group_coordinator()
+        if not request.group_id:
+            result = HeartbeatResult(
+                error=int(ErrorCode.INVALID_GROUP_ID), message="group id must not be empty"
+            )
+        elif isinstance(coordinator, Refusal):
+            result = HeartbeatResult(error=int(coordinator.code), message=coordinator.message)
+        else:
+            result = coordinator.heartbeat(
+                request.group_id,
+                HeartbeatRequest(
+                    member_id=request.member_id,
+                    member_epoch=request.member_epoch,
+                    instance_id=request.instance_id or None,
+                    client_id=request.client_id,
+                    client_host=context.peer(),
+                    subscribed_topics=frozenset(request.subscribed_topics.topics)
+                    if request.HasField("subscribed_topics")
+                    else None,
+                    owned=frozenset(
+                        TopicPartition(p.topic, p.partition) for p in request.owned.partitions
+                    )
+                    if request.HasField("owned")
+                    else None,
+                    server_assignor=request.server_assignor or None,
+                    session_timeout_ms=request.session_timeout_ms or None,
+                    rebalance_timeout_ms=request.rebalance_timeout_ms or None,
+                ),
+            )
+        response = broker_pb2.ConsumerGroupHeartbeatResponse(
+            error_code=result.error,
+            error_message=result.message,
+            member_id=result.member_id,
+            member_epoch=result.member_epoch,
+            heartbeat_interval_ms=result.heartbeat_interval_ms,
+        )
+        if result.assignment is not None:
+            response.assignment.SetInParent()
+            for tp in sorted(result.assignment):
+                response.assignment.partitions.add(topic=tp.topic, partition=tp.partition)
         return response
 
     # ---- admin, forwarded ---------------------------------------------------------

@@ -116,6 +116,11 @@ class BrokerServiceStub:
                 request_serializer=minikafka_dot_v1_dot_broker__pb2.OffsetFetchRequest.SerializeToString,
                 response_deserializer=minikafka_dot_v1_dot_broker__pb2.OffsetFetchResponse.FromString,
                 _registered_method=True)
+        self.ConsumerGroupHeartbeat = channel.unary_unary(
+                '/minikafka.v1.BrokerService/ConsumerGroupHeartbeat',
+                request_serializer=minikafka_dot_v1_dot_broker__pb2.ConsumerGroupHeartbeatRequest.SerializeToString,
+                response_deserializer=minikafka_dot_v1_dot_broker__pb2.ConsumerGroupHeartbeatResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServiceServicer:
@@ -221,6 +226,13 @@ class BrokerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ConsumerGroupHeartbeat(self, request, context):
+        """KIP-848 membership: the coordinator assigns, members heartbeat.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -303,6 +315,11 @@ def add_BrokerServiceServicer_to_server(servicer, server):
                     servicer.OffsetFetch,
                     request_deserializer=minikafka_dot_v1_dot_broker__pb2.OffsetFetchRequest.FromString,
                     response_serializer=minikafka_dot_v1_dot_broker__pb2.OffsetFetchResponse.SerializeToString,
+            ),
+            'ConsumerGroupHeartbeat': grpc.unary_unary_rpc_method_handler(
+                    servicer.ConsumerGroupHeartbeat,
+                    request_deserializer=minikafka_dot_v1_dot_broker__pb2.ConsumerGroupHeartbeatRequest.FromString,
+                    response_serializer=minikafka_dot_v1_dot_broker__pb2.ConsumerGroupHeartbeatResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -737,6 +754,33 @@ class BrokerService:
             '/minikafka.v1.BrokerService/OffsetFetch',
             minikafka_dot_v1_dot_broker__pb2.OffsetFetchRequest.SerializeToString,
             minikafka_dot_v1_dot_broker__pb2.OffsetFetchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ConsumerGroupHeartbeat(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/minikafka.v1.BrokerService/ConsumerGroupHeartbeat',
+            minikafka_dot_v1_dot_broker__pb2.ConsumerGroupHeartbeatRequest.SerializeToString,
+            minikafka_dot_v1_dot_broker__pb2.ConsumerGroupHeartbeatResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -58,6 +58,8 @@ class BrokerServiceStub:
     """
     OffsetCommit: _grpc.UnaryUnaryMultiCallable[_broker_pb2.OffsetCommitRequest, _broker_pb2.OffsetCommitResponse]
     OffsetFetch: _grpc.UnaryUnaryMultiCallable[_broker_pb2.OffsetFetchRequest, _broker_pb2.OffsetFetchResponse]
+    ConsumerGroupHeartbeat: _grpc.UnaryUnaryMultiCallable[_broker_pb2.ConsumerGroupHeartbeatRequest, _broker_pb2.ConsumerGroupHeartbeatResponse]
+    """KIP-848 membership: the coordinator assigns, members heartbeat."""
 
 @_typing.type_check_only
 class BrokerServiceAsyncStub(BrokerServiceStub):
@@ -83,6 +85,8 @@ class BrokerServiceAsyncStub(BrokerServiceStub):
     """
     OffsetCommit: _aio.UnaryUnaryMultiCallable[_broker_pb2.OffsetCommitRequest, _broker_pb2.OffsetCommitResponse]  # type: ignore[assignment]
     OffsetFetch: _aio.UnaryUnaryMultiCallable[_broker_pb2.OffsetFetchRequest, _broker_pb2.OffsetFetchResponse]  # type: ignore[assignment]
+    ConsumerGroupHeartbeat: _aio.UnaryUnaryMultiCallable[_broker_pb2.ConsumerGroupHeartbeatRequest, _broker_pb2.ConsumerGroupHeartbeatResponse]  # type: ignore[assignment]
+    """KIP-848 membership: the coordinator assigns, members heartbeat."""
 
 class BrokerServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -201,6 +205,14 @@ class BrokerServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _broker_pb2.OffsetFetchRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_broker_pb2.OffsetFetchResponse, _abc.Awaitable[_broker_pb2.OffsetFetchResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def ConsumerGroupHeartbeat(
+        self,
+        request: _broker_pb2.ConsumerGroupHeartbeatRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_broker_pb2.ConsumerGroupHeartbeatResponse, _abc.Awaitable[_broker_pb2.ConsumerGroupHeartbeatResponse]]:
+        """KIP-848 membership: the coordinator assigns, members heartbeat."""
 
 def add_BrokerServiceServicer_to_server(servicer: BrokerServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 
