@@ -352,6 +352,16 @@ class IllegalStateError(MiniKafkaClientError):
     invalid_metadata = False
 
 
+class CommitFailedError(MiniKafkaClientError):
+    """An offset commit was refused because this consumer is no longer the member it was
+    (fenced, or its session expired): its partitions may belong to another member now.
+    kafka-python's name; not retriable (poll again, which rejoins)."""
+
+    default_code = ErrorCode.STALE_MEMBER_EPOCH
+    retriable = False
+    invalid_metadata = False
+
+
 class KafkaConfigurationError(MiniKafkaClientError, TypeError, ValueError):
     """A client was given a config key it does not know, or a value it cannot use.
 
@@ -367,10 +377,6 @@ class KafkaConfigurationError(MiniKafkaClientError, TypeError, ValueError):
 
 #: kafka-python config keys the client does not support yet, with why.
 _UNSUPPORTED_HINTS: Mapping[str, str] = {
-    "group_id": "consumer groups are not supported yet: use assign() / subscribe() "
-    "without a group and keep offsets yourself",
-    "enable_auto_commit": "consumer groups (and so offset commits) are not supported yet",
-    "auto_commit_interval_ms": "consumer groups (and so offset commits) are not supported yet",
     "security_protocol": "minikafka speaks plaintext gRPC only",
     "sasl_mechanism": "minikafka has no authentication",
     "api_version": "minikafka speaks gRPC, not the Kafka protocol: there is no API version",

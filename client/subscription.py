@@ -148,6 +148,8 @@ class SubscriptionState:
         self.user_assigned = False
         self.default_reset = default_reset
         self.assignment: dict[TopicPartition, PartitionState] = {}
+        #: With a group, the coordinator assigns partitions (`client.group`), not metadata.
+        self.group_managed = False
 
     def subscribe_to(self, topics: str | Iterable[str]) -> bool:
         """`subscribe()`'s argument checked and applied; False when it unsubscribed
@@ -174,8 +176,9 @@ class SubscriptionState:
         return wanted
 
     def update_assignment(self, view: ClusterView) -> None:
-        """Subscribed: assign every partition `view` knows of the subscribed topics."""
-        if self.user_assigned:
+        """Subscribed without a group: assign every partition `view` knows of the
+        subscribed topics."""
+        if self.user_assigned or self.group_managed:
             return
         self.set_assignment(
             {
