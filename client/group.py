@@ -2,9 +2,10 @@
 committed-offset lookups. Decisions are the PURE rules of `client.group_rules`.
 
 The member id is a random UUID chosen once per consumer (as Kafka 4's consumer does). The
-heartbeat task finds the coordinator (FindCoordinator on any broker), sends
+heartbeat task finds the coordinator (FindCoordinator on any broker) and sends
 ConsumerGroupHeartbeat every `heartbeat_interval_ms` (the coordinator's value once it
-answered), and applies each assignment answer:
+answered); the application's next poll applies the latest assignment answer (so a
+partition changes hands only between polls, as in Kafka):
 
 1. partitions taken away: committed first when auto-commit is on (only records already
    returned by poll: a partition's position), then `on_partitions_revoked`, then dropped;
@@ -37,7 +38,7 @@ from client.group_rules import GroupAction, assignment_change, commit_action, he
 from client.records import OffsetAndMetadata, TopicPartition
 from client.subscription import SubscriptionState
 from client.transport import BrokerConnections
-from minikafka.errors import ErrorCode, code_from_wire
+from minikafka.errors import ErrorCode, MiniKafkaError, code_from_wire
 from minikafka.v1 import broker_pb2, broker_pb2_grpc, common_pb2
 
 logger = logging.getLogger(__name__)
@@ -110,6 +111,8 @@ class GroupMember:
         self._failure: BaseException | None = None
         self.last_poll = time.monotonic()
         self._left_for_poll_timeout = False
+        #: The assignment of the last answer, applied at the next poll.
+        self._target: set[TopicPartition] | None = None
         self._next_auto_commit = time.monotonic() + settings.auto_commit_interval_ms / 1000
 
     # ---- lifecycle --------------------------------------------------------------------
@@ -148,6 +151,8 @@ class GroupMember:
         if self._left_for_poll_timeout:
             self._left_for_poll_timeout = False
             self.wake()
+        if self._joined and self._target is not None and self._target != self.owned:
+            await self._apply_target(self._target)
         if (
             self.settings.enable_auto_commit
             and self._joined
@@ -176,9 +181,20 @@ class GroupMember:
                 logger.debug("group %s: heartbeat failed: %s", self.settings.group_id, exc)
                 self._coordinator = None
                 wait_s = backoff_s
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # a configuration error: raised at the next poll
+            except MiniKafkaError as exc:
+                # From an offset lookup while applying an assignment, or a refusal.
+                action = commit_action(exc.code)
+                if action is GroupAction.FENCED:
+                    await self._lose_everything(str(exc))
+                    wait_s = 0.0
+                elif action in (GroupAction.FIND_COORDINATOR, GroupAction.RETRY):
+                    self._coordinator = None
+                    wait_s = backoff_s
+                else:  # a configuration error: raised at the next poll
+                    self._failure = exc
+                    return
+            except Exception as exc:  # a bug: raised at the next poll, not lost in a task
+                logger.exception("group %s: the heartbeat task failed", self.settings.group_id)
                 self._failure = exc
                 return
             with contextlib.suppress(TimeoutError):
@@ -218,11 +234,12 @@ class GroupMember:
             if reply.heartbeat_interval_ms > 0:
                 self._interval_s = reply.heartbeat_interval_ms / 1000
             if reply.HasField("assignment"):
-                assigned = {
+                # Applied by the application's next poll (as Kafka's consumer does), so a
+                # partition is given up only between polls: never while records it
+                # returned may still be being processed, and never committed past them.
+                self._target = {
                     TopicPartition(p.topic, p.partition) for p in reply.assignment.partitions
                 }
-                if await self._apply(assigned):
-                    return 0.0  # acknowledge the revocation at once
             return self._interval_s
         if action is GroupAction.REJOIN:
             await self._lose_everything(f"{code.name}: {reply.error_message}")
@@ -235,6 +252,20 @@ class GroupMember:
         raise from_response(
             reply.error_code, reply.error_message, context=f"group {self.settings.group_id}"
         )
+
+    async def _apply_target(self, target: set[TopicPartition]) -> None:
+        try:
+            revoked = await self._apply(target)
+        except MiniKafkaError as exc:
+            action = commit_action(exc.code)
+            if action is GroupAction.FENCED:
+                await self._lose_everything(str(exc))
+                self.wake()
+            elif action not in (GroupAction.FIND_COORDINATOR, GroupAction.RETRY):
+                raise
+            return  # the next poll tries again
+        if revoked:
+            self.wake()  # acknowledge the revocation at once
 
     async def _apply(self, assigned: set[TopicPartition]) -> bool:
         """Apply an assignment answer; True when something was revoked."""
@@ -265,6 +296,7 @@ class GroupMember:
         )
         lost = set(self.owned)
         self.owned.clear()
+        self._target = None
         self._subscription.set_assignment(set())
         self._joined = False
         self.epoch = 0
@@ -287,6 +319,7 @@ class GroupMember:
                 logger.debug("group %s: leave failed: %s", self.settings.group_id, exc)
         lost = set(self.owned)
         self.owned.clear()
+        self._target = None
         self._subscription.set_assignment(set())
         self.epoch = 0
         if lost:
