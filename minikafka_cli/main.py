@@ -12,6 +12,7 @@ import click
 from minikafka import __version__
 from minikafka_cli.cluster import cluster, leader_election
 from minikafka_cli.common import CONTEXT_SETTINGS, MainGroup
+from minikafka_cli.groups import consumer_groups
 from minikafka_cli.logs import log
 from minikafka_cli.offsets import get_offsets
 from minikafka_cli.quorum import metadata_quorum
@@ -27,8 +28,8 @@ def main() -> None:
     """minikafka: a replicated log broker with Kafka's replication protocol, over gRPC.
 
     Start a local cluster with `minikafka dev`, then use the client commands (topic,
-    produce, consume, get-offsets, leader-election, cluster, metadata-quorum, timeline) with
-    --bootstrap-server HOST:PORT.
+    produce, consume, get-offsets, consumer-groups, leader-election, cluster,
+    metadata-quorum, timeline) with --bootstrap-server HOST:PORT.
     """
 
 
@@ -45,5 +46,5 @@ for command in (
     metadata_quorum,
 ):
     main.add_command(command)
-for command in (get_offsets, timeline):
+for command in (get_offsets, timeline, consumer_groups):
     main.add_command(command)

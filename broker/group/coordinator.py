@@ -31,7 +31,15 @@ import msgspec
 
 from broker.clock import Clock
 from broker.group.membership import check_offset_commit, check_offset_fetch, expire, heartbeat
-from broker.group.model import Group, GroupConfig, HeartbeatRequest, HeartbeatResult, TopicPartition
+from broker.group.model import (
+    Group,
+    GroupConfig,
+    GroupState,
+    HeartbeatRequest,
+    HeartbeatResult,
+    TopicPartition,
+    group_state,
+)
 from broker.group.offsets import (
     OFFSETS_TOPIC,
     OffsetRecord,
@@ -284,6 +292,79 @@ class GroupCoordinator:
         else:
             loaded.groups.pop(group.group_id, None)
 
+    # ---- group admin ----------------------------------------------------------------
+
+    def list_groups(self) -> list[tuple[str, GroupState, int]] | Refusal:
+        """(group, state, member count) of every group this broker coordinates: those with
+        members or committed offsets, in the `__consumer_offsets` partitions it leads."""
+        found: list[tuple[str, GroupState, int]] = []
+        for info in self._metadata.partitions_of(OFFSETS_TOPIC):
+            serving = self._serving_partition(info.partition, "")
+            if isinstance(serving, Refusal):
+                if serving.code is ErrorCode.NOT_COORDINATOR:
+                    continue  # another broker leads it
+                return serving
+            loaded = serving[0]
+            for group_id in sorted(set(loaded.offsets) | set(loaded.groups)):
+                group = self._group(loaded, group_id)
+                if group is None:
+                    found.append((group_id, GroupState.EMPTY, 0))
+                else:
+                    found.append((group_id, group_state(group), len(group.members)))
+        return sorted(found)
+
+    def describe_group(self, group_id: str) -> Group | Refusal:
+        """The group (members, epochs, assignments); an empty `Group` when it has only
+        committed offsets; GROUP_ID_NOT_FOUND when it has neither."""
+        found = self._serving(group_id)
+        if isinstance(found, Refusal):
+            return found
+        loaded = found[0]
+        group = self._group(loaded, group_id)
+        if group is not None:
+            return group
+        if group_id in loaded.offsets:
+            return Group(group_id=group_id)
+        return Refusal(ErrorCode.GROUP_ID_NOT_FOUND, f"group {group_id!r} does not exist")
+
+    async def delete_group(self, group_id: str, *, timeout_ms: int) -> Refusal | None:
+        """Delete the group's committed offsets (tombstones, acks=all): NON_EMPTY_GROUP
+        while it has members, GROUP_ID_NOT_FOUND when it has no offsets."""
+        found = self._serving(group_id)
+        if isinstance(found, Refusal):
+            return found
+        loaded, _, index = found
+        group = self._group(loaded, group_id)
+        if group is not None and group.members:
+            return Refusal(
+                ErrorCode.NON_EMPTY_GROUP,
+                f"group {group_id!r} has {len(group.members)} members: stop them first",
+            )
+        committed = loaded.offsets.get(group_id)
+        if not committed:
+            return Refusal(ErrorCode.GROUP_ID_NOT_FOUND, f"group {group_id!r} does not exist")
+        now_ms = self._clock.wall_ms()
+        tombstones = [encode_commit(group_id, tp, None) for tp in sorted(committed)]
+        [result] = await self._replicas.produce(
+            acks=-1,
+            timeout_ms=timeout_ms or self._settings.commit_timeout_ms,
+            items=[
+                ProduceItem(
+                    topic=OFFSETS_TOPIC,
+                    partition=index,
+                    records=build_batch([(now_ms, key, value, None) for key, value in tombstones]),
+                    current_leader_epoch=loaded.leader_epoch,
+                )
+            ],
+        )
+        if result.error_code is not ErrorCode.NONE:
+            return Refusal(commit_error(result.error_code), result.error_message)
+        if self._loaded.get(index) is loaded:
+            loaded.offsets.pop(group_id, None)
+            for key in [k for k in loaded.commit_offsets if k[0] == group_id]:
+                del loaded.commit_offsets[key]
+        return None
+
     # ---- leadership and loading -----------------------------------------------------
 
     def _serving(self, group_id: str) -> tuple[_Loaded, Partition, int] | Refusal:
@@ -293,7 +374,11 @@ class GroupCoordinator:
                 ErrorCode.COORDINATOR_NOT_AVAILABLE,
                 f"{OFFSETS_TOPIC} does not exist yet (FindCoordinator creates it)",
             )
-        index = coordinator_partition(group_id, count)
+        return self._serving_partition(coordinator_partition(group_id, count), group_id)
+
+    def _serving_partition(
+        self, index: int, group_id: str
+    ) -> tuple[_Loaded, Partition, int] | Refusal:
         try:
             partition = self._replicas.leader_partition(OFFSETS_TOPIC, index)
         except MiniKafkaError as exc:

@@ -19,7 +19,7 @@ import grpc
 import msgspec
 
 from broker.group.coordinator import GroupCoordinator, Refusal
-from broker.group.model import HeartbeatRequest, HeartbeatResult, TopicPartition
+from broker.group.model import HeartbeatRequest, HeartbeatResult, TopicPartition, group_state
 from broker.group.offsets import OffsetRecord
 from broker.metadata_cache import MetadataCache
 from broker.replica.manager import (
@@ -544,6 +544,82 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
             response.assignment.SetInParent()
             for tp in sorted(result.assignment):
                 response.assignment.partitions.add(topic=tp.topic, partition=tp.partition)
+        return response
+
+    async def ListGroups(
+        self,
+        request: broker_pb2.ListGroupsRequest,
+        context: grpc.aio.ServicerContext[
+            broker_pb2.ListGroupsRequest, broker_pb2.ListGroupsResponse
+        ],
+    ) -> broker_pb2.ListGroupsResponse:
+        coordinator = self._group_coordinator()
+        listed = coordinator if isinstance(coordinator, Refusal) else coordinator.list_groups()
+        response = broker_pb2.ListGroupsResponse()
+        if isinstance(listed, Refusal):
+            response.error_code, response.error_message = int(listed.code), listed.message
+            return response
+        for group_id, state, members in listed:
+            response.groups.add(group_id=group_id, state=state.value, members=members)
+        return response
+
+    async def DescribeGroups(
+        self,
+        request: broker_pb2.DescribeGroupsRequest,
+        context: grpc.aio.ServicerContext[
+            broker_pb2.DescribeGroupsRequest, broker_pb2.DescribeGroupsResponse
+        ],
+    ) -> broker_pb2.DescribeGroupsResponse:
+        coordinator = self._group_coordinator()
+        response = broker_pb2.DescribeGroupsResponse()
+        for group_id in request.group_ids:
+            entry = response.groups.add(group_id=group_id)
+            found = (
+                coordinator
+                if isinstance(coordinator, Refusal)
+                else coordinator.describe_group(group_id)
+            )
+            if isinstance(found, Refusal):
+                entry.error_code, entry.error_message = int(found.code), found.message
+                continue
+            entry.state = group_state(found).value
+            entry.group_epoch = found.group_epoch
+            entry.assignor = found.assignor
+            for member in sorted(found.members.values(), key=lambda m: m.member_id):
+                described = entry.members.add(
+                    member_id=member.member_id,
+                    instance_id=member.instance_id or "",
+                    client_id=member.client_id,
+                    client_host=member.client_host,
+                    member_epoch=member.member_epoch,
+                )
+                for tp in sorted(member.assigned):
+                    described.assignment.add(topic=tp.topic, partition=tp.partition)
+        return response
+
+    async def DeleteGroups(
+        self,
+        request: broker_pb2.DeleteGroupsRequest,
+        context: grpc.aio.ServicerContext[
+            broker_pb2.DeleteGroupsRequest, broker_pb2.DeleteGroupsResponse
+        ],
+    ) -> broker_pb2.DeleteGroupsResponse:
+        if request.timeout_ms < 0 or request.timeout_ms > REQUEST_TIMEOUT_MS_MAX:
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"timeout_ms must be in [0, {REQUEST_TIMEOUT_MS_MAX}], got {request.timeout_ms}",
+            )
+        coordinator = self._group_coordinator()
+        response = broker_pb2.DeleteGroupsResponse()
+        for group_id in request.group_ids:
+            refusal = (
+                coordinator
+                if isinstance(coordinator, Refusal)
+                else await coordinator.delete_group(group_id, timeout_ms=request.timeout_ms)
+            )
+            entry = response.results.add(group_id=group_id)
+            if refusal is not None:
+                entry.error_code, entry.error_message = int(refusal.code), refusal.message
         return response
 
     # ---- admin, forwarded ---------------------------------------------------------

@@ -121,6 +121,21 @@ class BrokerServiceStub:
                 request_serializer=minikafka_dot_v1_dot_broker__pb2.ConsumerGroupHeartbeatRequest.SerializeToString,
                 response_deserializer=minikafka_dot_v1_dot_broker__pb2.ConsumerGroupHeartbeatResponse.FromString,
                 _registered_method=True)
+        self.ListGroups = channel.unary_unary(
+                '/minikafka.v1.BrokerService/ListGroups',
+                request_serializer=minikafka_dot_v1_dot_broker__pb2.ListGroupsRequest.SerializeToString,
+                response_deserializer=minikafka_dot_v1_dot_broker__pb2.ListGroupsResponse.FromString,
+                _registered_method=True)
+        self.DescribeGroups = channel.unary_unary(
+                '/minikafka.v1.BrokerService/DescribeGroups',
+                request_serializer=minikafka_dot_v1_dot_broker__pb2.DescribeGroupsRequest.SerializeToString,
+                response_deserializer=minikafka_dot_v1_dot_broker__pb2.DescribeGroupsResponse.FromString,
+                _registered_method=True)
+        self.DeleteGroups = channel.unary_unary(
+                '/minikafka.v1.BrokerService/DeleteGroups',
+                request_serializer=minikafka_dot_v1_dot_broker__pb2.DeleteGroupsRequest.SerializeToString,
+                response_deserializer=minikafka_dot_v1_dot_broker__pb2.DeleteGroupsResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServiceServicer:
@@ -233,6 +248,26 @@ class BrokerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListGroups(self, request, context):
+        """Group admin (consumer-groups tool): ListGroups answers for the groups this broker
+        coordinates (a client asks every broker); the others go to the group's coordinator.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeGroups(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteGroups(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -320,6 +355,21 @@ def add_BrokerServiceServicer_to_server(servicer, server):
                     servicer.ConsumerGroupHeartbeat,
                     request_deserializer=minikafka_dot_v1_dot_broker__pb2.ConsumerGroupHeartbeatRequest.FromString,
                     response_serializer=minikafka_dot_v1_dot_broker__pb2.ConsumerGroupHeartbeatResponse.SerializeToString,
+            ),
+            'ListGroups': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListGroups,
+                    request_deserializer=minikafka_dot_v1_dot_broker__pb2.ListGroupsRequest.FromString,
+                    response_serializer=minikafka_dot_v1_dot_broker__pb2.ListGroupsResponse.SerializeToString,
+            ),
+            'DescribeGroups': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeGroups,
+                    request_deserializer=minikafka_dot_v1_dot_broker__pb2.DescribeGroupsRequest.FromString,
+                    response_serializer=minikafka_dot_v1_dot_broker__pb2.DescribeGroupsResponse.SerializeToString,
+            ),
+            'DeleteGroups': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteGroups,
+                    request_deserializer=minikafka_dot_v1_dot_broker__pb2.DeleteGroupsRequest.FromString,
+                    response_serializer=minikafka_dot_v1_dot_broker__pb2.DeleteGroupsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -781,6 +831,87 @@ class BrokerService:
             '/minikafka.v1.BrokerService/ConsumerGroupHeartbeat',
             minikafka_dot_v1_dot_broker__pb2.ConsumerGroupHeartbeatRequest.SerializeToString,
             minikafka_dot_v1_dot_broker__pb2.ConsumerGroupHeartbeatResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListGroups(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/minikafka.v1.BrokerService/ListGroups',
+            minikafka_dot_v1_dot_broker__pb2.ListGroupsRequest.SerializeToString,
+            minikafka_dot_v1_dot_broker__pb2.ListGroupsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeGroups(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/minikafka.v1.BrokerService/DescribeGroups',
+            minikafka_dot_v1_dot_broker__pb2.DescribeGroupsRequest.SerializeToString,
+            minikafka_dot_v1_dot_broker__pb2.DescribeGroupsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteGroups(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/minikafka.v1.BrokerService/DeleteGroups',
+            minikafka_dot_v1_dot_broker__pb2.DeleteGroupsRequest.SerializeToString,
+            minikafka_dot_v1_dot_broker__pb2.DeleteGroupsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -60,6 +60,12 @@ class BrokerServiceStub:
     OffsetFetch: _grpc.UnaryUnaryMultiCallable[_broker_pb2.OffsetFetchRequest, _broker_pb2.OffsetFetchResponse]
     ConsumerGroupHeartbeat: _grpc.UnaryUnaryMultiCallable[_broker_pb2.ConsumerGroupHeartbeatRequest, _broker_pb2.ConsumerGroupHeartbeatResponse]
     """KIP-848 membership: the coordinator assigns, members heartbeat."""
+    ListGroups: _grpc.UnaryUnaryMultiCallable[_broker_pb2.ListGroupsRequest, _broker_pb2.ListGroupsResponse]
+    """Group admin (consumer-groups tool): ListGroups answers for the groups this broker
+    coordinates (a client asks every broker); the others go to the group's coordinator.
+    """
+    DescribeGroups: _grpc.UnaryUnaryMultiCallable[_broker_pb2.DescribeGroupsRequest, _broker_pb2.DescribeGroupsResponse]
+    DeleteGroups: _grpc.UnaryUnaryMultiCallable[_broker_pb2.DeleteGroupsRequest, _broker_pb2.DeleteGroupsResponse]
 
 @_typing.type_check_only
 class BrokerServiceAsyncStub(BrokerServiceStub):
@@ -87,6 +93,12 @@ class BrokerServiceAsyncStub(BrokerServiceStub):
     OffsetFetch: _aio.UnaryUnaryMultiCallable[_broker_pb2.OffsetFetchRequest, _broker_pb2.OffsetFetchResponse]  # type: ignore[assignment]
     ConsumerGroupHeartbeat: _aio.UnaryUnaryMultiCallable[_broker_pb2.ConsumerGroupHeartbeatRequest, _broker_pb2.ConsumerGroupHeartbeatResponse]  # type: ignore[assignment]
     """KIP-848 membership: the coordinator assigns, members heartbeat."""
+    ListGroups: _aio.UnaryUnaryMultiCallable[_broker_pb2.ListGroupsRequest, _broker_pb2.ListGroupsResponse]  # type: ignore[assignment]
+    """Group admin (consumer-groups tool): ListGroups answers for the groups this broker
+    coordinates (a client asks every broker); the others go to the group's coordinator.
+    """
+    DescribeGroups: _aio.UnaryUnaryMultiCallable[_broker_pb2.DescribeGroupsRequest, _broker_pb2.DescribeGroupsResponse]  # type: ignore[assignment]
+    DeleteGroups: _aio.UnaryUnaryMultiCallable[_broker_pb2.DeleteGroupsRequest, _broker_pb2.DeleteGroupsResponse]  # type: ignore[assignment]
 
 class BrokerServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -213,6 +225,30 @@ class BrokerServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_broker_pb2.ConsumerGroupHeartbeatResponse, _abc.Awaitable[_broker_pb2.ConsumerGroupHeartbeatResponse]]:
         """KIP-848 membership: the coordinator assigns, members heartbeat."""
+
+    @_abc_1.abstractmethod
+    def ListGroups(
+        self,
+        request: _broker_pb2.ListGroupsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_broker_pb2.ListGroupsResponse, _abc.Awaitable[_broker_pb2.ListGroupsResponse]]:
+        """Group admin (consumer-groups tool): ListGroups answers for the groups this broker
+        coordinates (a client asks every broker); the others go to the group's coordinator.
+        """
+
+    @_abc_1.abstractmethod
+    def DescribeGroups(
+        self,
+        request: _broker_pb2.DescribeGroupsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_broker_pb2.DescribeGroupsResponse, _abc.Awaitable[_broker_pb2.DescribeGroupsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def DeleteGroups(
+        self,
+        request: _broker_pb2.DeleteGroupsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_broker_pb2.DeleteGroupsResponse, _abc.Awaitable[_broker_pb2.DeleteGroupsResponse]]: ...
 
 def add_BrokerServiceServicer_to_server(servicer: BrokerServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 
