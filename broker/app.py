@@ -272,6 +272,7 @@ class Broker:
                 heartbeat_interval_ms=config.group_consumer_heartbeat_interval_ms,
             ),
         )
+        self.metrics.watch_groups(coordinator.metrics)
         self.response_budget = budget = ResponseBudget(
             total_bytes=config.max_outstanding_response_bytes,
             per_connection_bytes=config.max_outstanding_response_bytes_per_connection,

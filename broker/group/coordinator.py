@@ -87,6 +87,20 @@ class CoordinatorAnswer(msgspec.Struct, frozen=True, kw_only=True):
     partition: int = -1
 
 
+class GroupRow(msgspec.Struct, frozen=True, kw_only=True):
+    """One group this broker coordinates, as the group gauges see it."""
+
+    group_id: str
+    members: int
+    #: (topic, partition) -> high watermark of the local replica minus the committed offset
+    lag: dict[tuple[str, int], int] = msgspec.field(default_factory=dict)
+
+
+class GroupSnapshot(msgspec.Struct, frozen=True, kw_only=True):
+    groups: list[GroupRow]
+    rebalances: int
+
+
 class _Loaded:
     """One `__consumer_offsets` partition's state on its leader, at one leader epoch."""
 
@@ -118,6 +132,8 @@ class GroupCoordinator:
         self._settings = settings
         self._clock = clock
         self._loaded: dict[int, _Loaded] = {}
+        #: Target assignments computed (group epoch bumps), for the metrics.
+        self.rebalances = 0
         self._creating: asyncio.Task[None] | None = None
 
     # ---- FindCoordinator ------------------------------------------------------------
@@ -264,6 +280,7 @@ class GroupCoordinator:
         topics = {t for m in group.members.values() for t in m.subscribed_topics}
         topics |= request.subscribed_topics or frozenset()
         counts = {t: n for t in sorted(topics) if (n := len(self._metadata.partitions_of(t)))}
+        before = group.assignment_epoch
         group, result = heartbeat(
             group,
             request,
@@ -271,8 +288,35 @@ class GroupCoordinator:
             now_ms=self._clock.monotonic_ms(),
             config=self._group_config,
         )
+        self.rebalances += group.assignment_epoch != before
         self._store(loaded, group)
         return result
+
+    def metrics(self) -> GroupSnapshot:
+        """The groups of the partitions this broker leads and has loaded, their members and
+        their lag where this broker hosts a replica of the partition."""
+        rows: list[GroupRow] = []
+        for index, loaded in sorted(self._loaded.items()):
+            if not loaded.done:
+                continue
+            try:
+                partition = self._replicas.leader_partition(OFFSETS_TOPIC, index)
+            except MiniKafkaError:
+                continue
+            if partition.leader_epoch != loaded.leader_epoch:
+                continue
+            for group_id in sorted(set(loaded.offsets) | set(loaded.groups)):
+                group = loaded.groups.get(group_id)
+                lag: dict[tuple[str, int], int] = {}
+                for tp, record in loaded.offsets.get(group_id, {}).items():
+                    local = self._replicas.partitions.get((tp.topic, tp.partition))
+                    if local is not None:
+                        lag[(tp.topic, tp.partition)] = max(
+                            0, local.log.high_watermark - record.offset
+                        )
+                members = 0 if group is None else len(group.members)
+                rows.append(GroupRow(group_id=group_id, members=members, lag=lag))
+        return GroupSnapshot(groups=rows, rebalances=self.rebalances)
 
     def _group(self, loaded: _Loaded, group_id: str) -> Group | None:
         """The group with the members whose session or rebalance timeout passed removed."""
@@ -281,6 +325,7 @@ class GroupCoordinator:
             return None
         group, expired = expire(group, now_ms=self._clock.monotonic_ms(), config=self._group_config)
         if expired:
+            self.rebalances += 1
             logger.info("group %s: fenced %s (session or rebalance timeout)", group_id, expired)
             self._store(loaded, group)
         return group

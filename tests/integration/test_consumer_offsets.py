@@ -5,17 +5,20 @@ restarted. Checked through the raw wire API."""
 
 from __future__ import annotations
 
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol
 
 import grpc
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from minikafka.errors import ErrorCode
+from minikafka.record_batch import build_batch
 from minikafka.v1 import broker_pb2, broker_pb2_grpc, controller_pb2
 from tests.support.cluster import Cluster, running_cluster, wait_until
-from tests.support.processes import ServerProcess, standalone_broker_process
+from tests.support.processes import ServerProcess, free_port, standalone_broker_process
 
 pytestmark = pytest.mark.integration
 
@@ -212,3 +215,56 @@ def test_refusals(cluster: Cluster) -> None:
         right.OffsetCommit(bad, timeout=5)
     assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "offset and partition must be >= 0" in (raised.value.details() or "")
+
+
+def test_group_metrics(tmp_path: Path) -> None:
+    """The coordinator's gauges: groups, members, lag against the local high watermark."""
+    port = free_port()
+    process = standalone_broker_process(
+        tmp_path / "broker-1",
+        extra=["--offsets-topic-num-partitions", "1", "--metrics-listen", f"127.0.0.1:{port}"],
+    ).start()
+    single = SingleBroker(process)
+    try:
+        single.create_topic()
+        produce = broker_pb2.ProduceRequest(acks=-1, timeout_ms=10_000)
+        produce.partitions.add(
+            topic=TOPIC,
+            partition=0,
+            records=build_batch([(0, None, f"r{i}".encode(), None) for i in range(5)]),
+            current_leader_epoch=-1,
+        )
+        assert single.stub().Produce(produce, timeout=10).partitions[0].error_code == 0
+        stub = single.stub()
+        wait_until(lambda: find_coordinator(single, GROUP), what="coordinator")
+        join = broker_pb2.ConsumerGroupHeartbeatRequest(
+            group_id=GROUP, member_id="m-1", member_epoch=0
+        )
+        join.subscribed_topics.topics.append(TOPIC)
+
+        def joined() -> broker_pb2.ConsumerGroupHeartbeatResponse | None:
+            reply = stub.ConsumerGroupHeartbeat(join, timeout=10)
+            return reply if reply.error_code == ErrorCode.NONE else None
+
+        member = wait_until(joined, what="a member")
+        commit_request = broker_pb2.OffsetCommitRequest(
+            group_id=GROUP, member_id="m-1", member_epoch=member.member_epoch
+        )
+        commit_request.partitions.add(topic=TOPIC, partition=0, offset=2)
+        assert stub.OffsetCommit(commit_request, timeout=10).error_code == ErrorCode.NONE
+
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as page:
+            samples = {
+                (s.name, tuple(sorted(s.labels.items()))): s.value
+                for family in text_string_to_metric_families(page.read().decode())
+                for s in family.samples
+            }
+        assert samples[("minikafka_group_count", ())] == 1
+        assert samples[("minikafka_group_members", (("group", GROUP),))] == 1
+        lag_key = (("group", GROUP), ("partition", "0"), ("topic", TOPIC))
+        assert samples[("minikafka_group_lag_offsets", lag_key)] == 3
+        assert samples[("minikafka_group_rebalances_total", ())] >= 1
+    finally:
+        single.close()
+        if process.alive():
+            process.terminate()
