@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import inspect
 import logging
 import time
@@ -113,6 +114,9 @@ class GroupMember:
         self._left_for_poll_timeout = False
         #: The assignment of the last answer, applied at the next poll.
         self._target: set[TopicPartition] | None = None
+        #: Grows when the member loses everything (fenced, left): an assignment being
+        #: applied across an await is dropped if it changed meanwhile.
+        self._generation = 0
         self._next_auto_commit = time.monotonic() + settings.auto_commit_interval_ms / 1000
 
     # ---- lifecycle --------------------------------------------------------------------
@@ -270,14 +274,19 @@ class GroupMember:
     async def _apply(self, assigned: set[TopicPartition]) -> bool:
         """Apply an assignment answer; True when something was revoked."""
         revoke, add = assignment_change(self.owned, assigned)
+        generation = self._generation
         if revoke:
             if self.settings.enable_auto_commit:
                 await self._commit_quietly(revoke)
             await _call(self.listener.on_partitions_revoked, set(revoke))
+            if generation != self._generation:
+                return False  # fenced meanwhile: everything was dropped already
             self.owned -= revoke
             self._subscription.set_assignment(set(self.owned))
         if add:
             committed = await self.fetch_committed(add)
+            if generation != self._generation:
+                return False  # fenced or left meanwhile: this answer is void
             self.owned |= add
             self._subscription.set_assignment(set(self.owned))
             for tp, found in committed.items():
@@ -297,6 +306,7 @@ class GroupMember:
         lost = set(self.owned)
         self.owned.clear()
         self._target = None
+        self._generation += 1
         self._subscription.set_assignment(set())
         self._joined = False
         self.epoch = 0
@@ -320,6 +330,7 @@ class GroupMember:
         lost = set(self.owned)
         self.owned.clear()
         self._target = None
+        self._generation += 1
         self._subscription.set_assignment(set())
         self.epoch = 0
         if lost:
@@ -386,23 +397,28 @@ class GroupMember:
             offsets = self._positions(self.owned)
         if not offsets:
             return
-        request = broker_pb2.OffsetCommitRequest(
-            group_id=self.settings.group_id,
-            member_id=self.member_id if self._joined else "",
-            member_epoch=self.epoch if self._joined else -1,
-        )
-        for tp, meta in sorted(offsets.items()):
-            request.partitions.add(
-                topic=tp.topic,
-                partition=tp.partition,
-                offset=meta.offset,
-                leader_epoch=meta.leader_epoch,
-                metadata=meta.metadata,
+        # A heartbeat answer may move the member epoch while a commit is on its way
+        # (STALE_MEMBER_EPOCH): sent again with the new epoch, a bounded number of times.
+        for _ in range(3):
+            sent_epoch = self.epoch
+            request = broker_pb2.OffsetCommitRequest(
+                group_id=self.settings.group_id,
+                member_id=self.member_id if self._joined else "",
+                member_epoch=sent_epoch if self._joined else -1,
             )
-        reply = await self._with_coordinator(
-            lambda stub: stub.OffsetCommit(request, timeout=self._conn.timeout_s)
-        )
-        code = code_from_wire(reply.error_code)
+            for tp, meta in sorted(offsets.items()):
+                request.partitions.add(
+                    topic=tp.topic,
+                    partition=tp.partition,
+                    offset=meta.offset,
+                    leader_epoch=meta.leader_epoch,
+                    metadata=meta.metadata,
+                )
+            reply = await self._with_coordinator(functools.partial(self._send_commit, request))
+            code = code_from_wire(reply.error_code)
+            moved = self._joined and self.epoch != sent_epoch
+            if not (code is ErrorCode.STALE_MEMBER_EPOCH and moved):
+                break
         if commit_action(code) is GroupAction.FENCED:
             raise CommitFailedError(
                 f"commit refused for group {self.settings.group_id}: {reply.error_message} "
@@ -410,6 +426,13 @@ class GroupMember:
             )
         if code is not ErrorCode.NONE:
             raise from_response(reply.error_code, reply.error_message, context="OffsetCommit")
+
+    async def _send_commit(
+        self,
+        request: broker_pb2.OffsetCommitRequest,
+        stub: broker_pb2_grpc.BrokerServiceAsyncStub,
+    ) -> broker_pb2.OffsetCommitResponse:
+        return await stub.OffsetCommit(request, timeout=self._conn.timeout_s)
 
     async def fetch_committed(
         self, partitions: Iterable[TopicPartition]
