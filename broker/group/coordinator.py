@@ -52,7 +52,7 @@ from broker.group.offsets import (
 from broker.metadata_cache import MetadataCache
 from broker.replica.manager import ProduceItem, ReplicaManager
 from broker.replica.partition import Partition
-from minikafka.errors import ErrorCode, MiniKafkaError
+from minikafka.errors import ErrorCode, MiniKafkaError, code_from_wire
 from minikafka.record_batch import build_batch, decode_records, iter_batches
 from minikafka.v1 import controller_pb2
 
@@ -191,7 +191,7 @@ class GroupCoordinator:
                 logger.warning(
                     "creating %s failed: %s %s",
                     OFFSETS_TOPIC,
-                    ErrorCode(result.error_code).name,
+                    code_from_wire(result.error_code).name,
                     result.error_message,
                 )
 

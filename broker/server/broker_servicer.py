@@ -48,6 +48,8 @@ MAX_WAIT_MS_MAX = 60_000
 REQUEST_TIMEOUT_MS_MAX = 300_000
 #: Partitions one fetch may ask for (each costs response framing).
 FETCH_PARTITIONS_MAX: Final = 10_000
+#: Bytes of metadata one committed offset may carry (Kafka's offset.metadata.max.bytes).
+OFFSET_METADATA_BYTES_MAX: Final = 4096
 #: Error messages in responses are cut to this many characters (bounded framing).
 ERROR_MESSAGE_CHARS_MAX: Final = 1000
 #: Upper bound of one partition's framing in a FetchResponse, besides its topic name and
@@ -422,6 +424,16 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
             await context.abort(
                 grpc.StatusCode.INVALID_ARGUMENT,
                 f"timeout_ms must be in [0, {REQUEST_TIMEOUT_MS_MAX}], got {request.timeout_ms}",
+            )
+        long = next(
+            (p for p in request.partitions if len(p.metadata.encode()) > OFFSET_METADATA_BYTES_MAX),
+            None,
+        )
+        if long is not None:
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"the metadata of {long.topic}-{long.partition} is longer than "
+                f"{OFFSET_METADATA_BYTES_MAX} bytes (Kafka's offset.metadata.max.bytes)",
             )
         bad = next((p for p in request.partitions if p.offset < 0 or p.partition < 0), None)
         if bad is not None:

@@ -215,6 +215,12 @@ def test_refusals(cluster: Cluster) -> None:
         right.OffsetCommit(bad, timeout=5)
     assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "offset and partition must be >= 0" in (raised.value.details() or "")
+    long = broker_pb2.OffsetCommitRequest(group_id=GROUP, member_epoch=-1)
+    long.partitions.add(topic=TOPIC, partition=0, offset=1, metadata="x" * 4097)
+    with pytest.raises(grpc.RpcError) as too_long:
+        right.OffsetCommit(long, timeout=5)
+    assert too_long.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "offset.metadata.max.bytes" in (too_long.value.details() or "")
 
 
 def test_group_metrics(tmp_path: Path) -> None:
