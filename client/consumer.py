@@ -312,13 +312,13 @@ class AsyncConsumer:
         """Consume `topics` (a str or a list): without `group_id` every partition of
         them (refreshed with metadata); with `group_id` the partitions the group's
         coordinator assigns this member, `listener` (a `ConsumerRebalanceListener`) being
-        told of each change. An empty list unsubscribes. `IllegalStateError` after
-        `assign()` (`unsubscribe()` first). `pattern` is not supported yet."""
+        told of each change. `pattern` (a regex, instead of topics) subscribes to every
+        topic whose whole name it matches, internal `__` topics excepted, as metadata
+        shows them (refreshed every `metadata_max_age_ms`). An empty list unsubscribes.
+        `IllegalStateError` after `assign()` (`unsubscribe()` first)."""
         self._check_not_closed()
-        if pattern is not None:
-            raise KafkaConfigurationError(
-                "subscribe(pattern=...) is not supported yet: list the topics"
-            )
+        if pattern is not None and topics not in ((), [], None):
+            raise KafkaConfigurationError("subscribe() takes topics or a pattern, not both")
         if listener is not None:
             if self.group_settings is None:
                 raise IllegalStateError("a rebalance listener needs group_id")
@@ -329,7 +329,12 @@ class AsyncConsumer:
             self._listener = listener
             if self._group is not None:
                 self._group.listener = listener
-        if self.subscription_state.subscribe_to(topics) and self._runtime is not None:
+        if pattern is not None:
+            self.subscription_state.subscribe_pattern(pattern)
+            if self._runtime is not None:
+                self._runtime.conn.track_all_topics()
+                self._runtime.fetcher.track((), subscribed=True)
+        elif self.subscription_state.subscribe_to(topics) and self._runtime is not None:
             self._runtime.fetcher.track(self.subscription_state.topics, subscribed=True)
             self._update_subscription_assignment()
         if self._group is not None:
@@ -362,7 +367,10 @@ class AsyncConsumer:
 
     def _update_subscription_assignment(self) -> None:
         if self._runtime is not None:
+            topics = self.subscription_state.topics
             self.subscription_state.update_assignment(self._runtime.conn.view)
+            if self._group is not None and self.subscription_state.topics != topics:
+                self._group.wake()  # a pattern matched new topics: tell the coordinator
             self._wake()
 
     def pause(self, *partitions: TopicPartition) -> None:

@@ -3,7 +3,7 @@ over six partitions while members join and leave. Checked: once the group is sta
 members' assignments are disjoint and cover every partition; the listener sees what was
 assigned and revoked; every record is processed at least once by the group; a commit
 made by a member that left is where its partitions resume; `committed()` reads it back;
-a fenced commit raises `CommitFailedError`."""
+a fenced commit raises `CommitFailedError`; a pattern subscription picks up new topics."""
 
 from __future__ import annotations
 
@@ -153,8 +153,6 @@ def test_commit_rules(cluster: Cluster) -> None:
         assert consumer.committed(tp) == 9
         with pytest.raises(ValueError, match="must be an int >= 0"):
             consumer.commit({tp: -1})
-        with pytest.raises(KafkaConfigurationError, match="pattern"):
-            consumer.subscribe(pattern="cl.*")
         future = consumer.commit_async({tp: 11})
         future.result(timeout=30)
         assert consumer.committed(tp) == 11
@@ -180,5 +178,35 @@ def test_fenced_commit_raises(cluster: Cluster) -> None:
         inner.epoch += 5  # as if the coordinator had moved on without this member
         with pytest.raises(CommitFailedError, match="STALE_MEMBER_EPOCH"):
             consumer.commit({TopicPartition(TOPIC, 0): 3})
+    finally:
+        consumer.close()
+
+
+def test_pattern_subscription_follows_new_topics(cluster: Cluster) -> None:
+    cluster.create_topic("logs-a", partitions=2)
+    consumer = Consumer(
+        bootstrap_servers=cluster.bootstrap,
+        group_id="log-readers",
+        auto_offset_reset="earliest",
+        metadata_max_age_ms=300,
+    )
+    try:
+        consumer.subscribe(pattern=r"logs-.*")
+
+        def assigned(expected: set[TopicPartition]) -> bool:
+            consumer.poll(timeout_ms=100)
+            return consumer.assignment() == expected
+
+        logs_a = {TopicPartition("logs-a", p) for p in range(2)}
+        wait_until(lambda: assigned(logs_a), what="logs-a assigned")
+        assert consumer.subscription() == {"logs-a"}  # not clicks, not __consumer_offsets
+        cluster.create_topic("logs-b", partitions=1)
+        wait_until(
+            lambda: assigned(logs_a | {TopicPartition("logs-b", 0)}), what="logs-b picked up"
+        )
+        with pytest.raises(KafkaConfigurationError, match="topics or a pattern, not both"):
+            consumer.subscribe(["logs-a"], pattern="logs-.*")
+        with pytest.raises(KafkaConfigurationError, match="is not a regex"):
+            consumer.subscribe(pattern="logs-(")
     finally:
         consumer.close()
