@@ -10,6 +10,7 @@ queries (ListOffsets, retried while a new leader has none yet).
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from types import TracebackType
@@ -477,6 +478,11 @@ class AsyncConsumer:
         member was fenced (its partitions may belong to another member now)."""
         member = self._group_member()
         await member.commit(None if offsets is None else commit_offsets(offsets))
+
+    def commit_async(self, offsets: dict[TopicPartition, Any] | None = None) -> asyncio.Task[None]:
+        """`commit` without waiting: a task to await (or not) for its outcome."""
+        self._group_member()
+        return asyncio.ensure_future(self.commit(offsets))
 
     async def committed(self, partition: TopicPartition) -> int | None:
         """The group's committed offset of `partition` (None: none). A fencing or

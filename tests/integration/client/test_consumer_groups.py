@@ -7,12 +7,14 @@ a fenced commit raises `CommitFailedError`; a pattern subscription picks up new 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from client import (
+    AsyncConsumer,
     Consumer,
     ConsumerRebalanceListener,
     OffsetAndMetadata,
@@ -210,3 +212,24 @@ def test_pattern_subscription_follows_new_topics(cluster: Cluster) -> None:
             consumer.subscribe(pattern="logs-(")
     finally:
         consumer.close()
+
+
+def test_async_consumer_commits(cluster: Cluster) -> None:
+    async def main() -> None:
+        async with AsyncConsumer(
+            bootstrap_servers=cluster.bootstrap,
+            group_id="async-readers",
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+        ) as consumer:
+            consumer.subscribe([TOPIC])
+            async with asyncio.timeout(30):
+                while len(consumer.assignment()) < len(PARTITIONS):
+                    await consumer.getmany(timeout_ms=100)
+            tp = TopicPartition(TOPIC, 0)
+            await consumer.commit_async({tp: 4})
+            assert await consumer.committed(tp) == 4
+            await consumer.commit({tp: OffsetAndMetadata(6, "m")})
+            assert await consumer.committed(tp) == 6
+
+    asyncio.run(main())
