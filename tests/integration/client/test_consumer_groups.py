@@ -233,3 +233,35 @@ def test_async_consumer_commits(cluster: Cluster) -> None:
             assert await consumer.committed(tp) == 6
 
     asyncio.run(main())
+
+
+def test_static_member_gets_its_partitions_back(cluster: Cluster) -> None:
+    def static(instance: str, listener: Recorder) -> Consumer:
+        consumer = Consumer(
+            bootstrap_servers=cluster.bootstrap,
+            group_id="static-readers",
+            group_instance_id=instance,
+            auto_offset_reset="earliest",
+            session_timeout_ms=20_000,
+        )
+        consumer.subscribe([TOPIC], listener=listener)
+        return consumer
+
+    seen: dict[TopicPartition, set[int]] = {}
+    b_events = Recorder()
+    a = static("host-a", Recorder())
+    b = static("host-b", b_events)
+    try:
+        consume_until_stable([a, b], seen, [3, 3])
+        a_had, b_had = a.assignment(), b.assignment()
+        b_events_before = list(b_events.events)
+        a.close()  # a static member leaves temporarily: its partitions wait for it
+        a_again = static("host-a", Recorder())
+        try:
+            consume_until_stable([a_again, b], seen, [3, 3])
+            assert (a_again.assignment(), b.assignment()) == (a_had, b_had)
+            assert b_events.events == b_events_before  # b saw no rebalance
+        finally:
+            a_again.close()
+    finally:
+        b.close()
