@@ -15,6 +15,9 @@ log and keeps the loaded state.
   one task that replays the partition from its log start to its log end (as leader, the
   log is the truth: everything acknowledged is in it); until it is done every request for
   that partition gets COORDINATOR_LOAD_IN_PROGRESS. A new leader epoch loads again.
+- **Membership** (the pure `Group`) is appended the same way after every heartbeat that
+  changed more than deadlines, before it is answered; loading replays it and restarts the
+  members' deadlines. Heartbeats of one group are serialised by a lock.
 - **Commits** are appended as one batch with acks=all and answered once the high
   watermark covers them; only then do they enter the loaded state (a later append of the
   same key wins there as in the log). An append error is mapped by `commit_error`.
@@ -30,7 +33,14 @@ from typing import Protocol
 import msgspec
 
 from broker.clock import Clock
-from broker.group.membership import check_offset_commit, check_offset_fetch, expire, heartbeat
+from broker.group.membership import (
+    check_offset_commit,
+    check_offset_fetch,
+    expire,
+    heartbeat,
+    restart_deadlines,
+    without_deadlines,
+)
 from broker.group.model import (
     Group,
     GroupConfig,
@@ -47,7 +57,9 @@ from broker.group.offsets import (
     commit_error,
     coordinator_partition,
     encode_commit,
+    encode_group,
     replay,
+    replay_groups,
 )
 from broker.metadata_cache import MetadataCache
 from broker.replica.manager import ProduceItem, ReplicaManager
@@ -109,6 +121,10 @@ class _Loaded:
         self.done = False
         self.offsets: Offsets = {}
         self.groups: dict[str, Group] = {}
+        #: group -> its membership as last written to the log (None: no members).
+        self.persisted: dict[str, Group | None] = {}
+        #: One heartbeat of a group at a time (its transition is written before the next).
+        self.locks: dict[str, asyncio.Lock] = {}
         #: (group, partition) -> log offset of the commit in `offsets` made by this leader.
         self.commit_offsets: dict[tuple[str, TopicPartition], int] = {}
         self.task: asyncio.Task[None] | None = None
@@ -267,30 +283,63 @@ class GroupCoordinator:
 
     # ---- ConsumerGroupHeartbeat -----------------------------------------------------
 
-    def heartbeat(self, group_id: str, request: HeartbeatRequest) -> HeartbeatResult:
-        """One member's heartbeat, by the pure rules of `membership` (membership lives in
-        memory: after a coordinator change members are unknown and join again)."""
+    async def heartbeat(self, group_id: str, request: HeartbeatRequest) -> HeartbeatResult:
+        """One member's heartbeat, by the pure rules of `membership`. A transition that
+        changed more than deadlines is written to the group's partition (acks=all) before
+        it is answered, so a new coordinator knows the members, their epochs and their
+        partitions. Heartbeats of one group are handled one at a time."""
         found = self._serving(group_id)
         if isinstance(found, Refusal):
             return HeartbeatResult(error=int(found.code), message=found.message)
-        loaded = found[0]
-        group = self._group(loaded, group_id) or Group(
-            group_id=group_id, assignor=self._group_config.default_assignor
+        loaded, _, index = found
+        async with loaded.locks.setdefault(group_id, asyncio.Lock()):
+            if self._loaded.get(index) is not loaded:
+                return HeartbeatResult(
+                    error=int(ErrorCode.NOT_COORDINATOR), message="the coordinator moved"
+                )
+            group = self._group(loaded, group_id) or Group(
+                group_id=group_id, assignor=self._group_config.default_assignor
+            )
+            topics = {t for m in group.members.values() for t in m.subscribed_topics}
+            topics |= request.subscribed_topics or frozenset()
+            counts = {t: n for t in sorted(topics) if (n := len(self._metadata.partitions_of(t)))}
+            before = group.assignment_epoch
+            group, result = heartbeat(
+                group,
+                request,
+                partition_counts=counts,
+                now_ms=self._clock.monotonic_ms(),
+                config=self._group_config,
+            )
+            durable = without_deadlines(group) if group.members else None
+            if durable != loaded.persisted.get(group_id):
+                refusal = await self._persist(loaded, index, group_id, durable)
+                if refusal is not None:
+                    return HeartbeatResult(error=int(refusal.code), message=refusal.message)
+                loaded.persisted[group_id] = durable
+            self.rebalances += group.assignment_epoch != before
+            self._store(loaded, group)
+            return result
+
+    async def _persist(
+        self, loaded: _Loaded, index: int, group_id: str, group: Group | None
+    ) -> Refusal | None:
+        key, value = encode_group(group_id, group)
+        [result] = await self._replicas.produce(
+            acks=-1,
+            timeout_ms=self._settings.commit_timeout_ms,
+            items=[
+                ProduceItem(
+                    topic=OFFSETS_TOPIC,
+                    partition=index,
+                    records=build_batch([(self._clock.wall_ms(), key, value, None)]),
+                    current_leader_epoch=loaded.leader_epoch,
+                )
+            ],
         )
-        topics = {t for m in group.members.values() for t in m.subscribed_topics}
-        topics |= request.subscribed_topics or frozenset()
-        counts = {t: n for t in sorted(topics) if (n := len(self._metadata.partitions_of(t)))}
-        before = group.assignment_epoch
-        group, result = heartbeat(
-            group,
-            request,
-            partition_counts=counts,
-            now_ms=self._clock.monotonic_ms(),
-            config=self._group_config,
-        )
-        self.rebalances += group.assignment_epoch != before
-        self._store(loaded, group)
-        return result
+        if result.error_code is not ErrorCode.NONE:
+            return Refusal(commit_error(result.error_code), result.error_message)
+        return None
 
     def metrics(self) -> GroupSnapshot:
         """The groups of the partitions this broker leads and has loaded, their members and
@@ -390,6 +439,8 @@ class GroupCoordinator:
             return Refusal(ErrorCode.GROUP_ID_NOT_FOUND, f"group {group_id!r} does not exist")
         now_ms = self._clock.wall_ms()
         tombstones = [encode_commit(group_id, tp, None) for tp in sorted(committed)]
+        if loaded.persisted.get(group_id) is not None:
+            tombstones.append(encode_group(group_id, None))
         [result] = await self._replicas.produce(
             acks=-1,
             timeout_ms=timeout_ms or self._settings.commit_timeout_ms,
@@ -406,6 +457,8 @@ class GroupCoordinator:
             return Refusal(commit_error(result.error_code), result.error_message)
         if self._loaded.get(index) is loaded:
             loaded.offsets.pop(group_id, None)
+            loaded.groups.pop(group_id, None)
+            loaded.persisted.pop(group_id, None)
             for key in [k for k in loaded.commit_offsets if k[0] == group_id]:
                 del loaded.commit_offsets[key]
         return None
@@ -465,6 +518,10 @@ class GroupCoordinator:
                 offset = header.next_offset
             await asyncio.sleep(0)  # let other requests run between steps
         loaded.offsets = replay({}, pairs)
+        now_ms = self._clock.monotonic_ms()
+        for group_id, group in replay_groups({}, pairs).items():
+            loaded.groups[group_id] = restart_deadlines(group, now_ms=now_ms)
+            loaded.persisted[group_id] = without_deadlines(group)
         loaded.done = True
         logger.info(
             "loaded %s-%d at leader epoch %d: %d groups",

@@ -121,6 +121,36 @@ def next_deadline_ms(group: Group) -> int | None:
     return min(deadlines, default=None)
 
 
+def restart_deadlines(group: Group, *, now_ms: int) -> Group:
+    """The group as a new coordinator loads it: every member's session (and pending
+    revocation) runs from `now_ms`, as if it had just heartbeated (Kafka does the same)."""
+    members = {
+        member_id: msgspec.structs.replace(
+            member,
+            session_deadline_ms=now_ms + member.session_timeout_ms,
+            revocation_deadline_ms=(
+                now_ms + member.rebalance_timeout_ms if member.revocation_deadline_ms >= 0 else -1
+            ),
+        )
+        for member_id, member in group.members.items()
+    }
+    return msgspec.structs.replace(group, members=members)
+
+
+def without_deadlines(group: Group) -> Group:
+    """The part of a group worth persisting: everything but the deadlines (a heartbeat
+    that only moved a session deadline changes nothing durable)."""
+    members = {
+        member_id: msgspec.structs.replace(
+            member,
+            session_deadline_ms=0,
+            revocation_deadline_ms=min(0, member.revocation_deadline_ms),
+        )
+        for member_id, member in group.members.items()
+    }
+    return msgspec.structs.replace(group, members=members)
+
+
 def check_offset_commit(group: Group | None, member_id: str, member_epoch: int) -> ErrorCode:
     """May this commit be written? (see the module docstring)."""
     if member_epoch < 0 and not member_id:

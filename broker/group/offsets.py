@@ -10,6 +10,11 @@ the internal topic `__consumer_offsets`, and how a coordinator rebuilds them by 
   a value of nil is a tombstone (the offset was deleted). The last record of a key wins, so
   replaying a partition from its start rebuilds every group's offsets exactly as they were
   acknowledged; nothing is kept outside the log.
+- **Membership**: key `["group", group, "", -1]`, value the whole `Group` (members,
+  epochs, assignments, target) after each transition that changed more than deadlines;
+  nil when its last member left. A new coordinator replays them (`replay_groups`) and
+  restarts every member's deadlines from its load (`membership.restart_deadlines`), so
+  members keep their epochs and partitions across a coordinator change.
 - **Leader epoch**: a committed offset keeps the leader epoch of the record it points after
   (-1 when the consumer does not know it), so a consumer resuming after an unclean election
   can detect that the log was truncated below its position.
@@ -21,11 +26,12 @@ from collections.abc import Iterable, Mapping
 
 import msgspec
 
-from broker.group.model import TopicPartition
+from broker.group.model import Group, TopicPartition
 from minikafka.errors import ErrorCode
 
 OFFSETS_TOPIC = "__consumer_offsets"
 _KEY_KIND_OFFSET = "offset"
+_KEY_KIND_GROUP = "group"
 
 
 class OffsetRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -47,6 +53,7 @@ Offsets = dict[str, dict[TopicPartition, OffsetRecord]]
 
 _key_decoder = msgspec.msgpack.Decoder(OffsetKey)
 _value_decoder = msgspec.msgpack.Decoder(OffsetRecord | None)
+_group_decoder = msgspec.msgpack.Decoder(Group)
 _encoder = msgspec.msgpack.Encoder()
 
 
@@ -89,6 +96,34 @@ def decode_commit(
         return None
     record = None if value is None else _value_decoder.decode(value)
     return decoded.group_id, TopicPartition(decoded.topic, decoded.partition), record
+
+
+def encode_group(group_id: str, group: Group | None) -> tuple[bytes, bytes | None]:
+    """(key, value) of a group's membership record (`None`: a tombstone, no members)."""
+    key = _encoder.encode(OffsetKey(_KEY_KIND_GROUP, group_id, "", -1))
+    return key, None if group is None else _encoder.encode(group)
+
+
+def replay_groups(
+    groups: Mapping[str, Group], records: Iterable[tuple[bytes | None, bytes | None]]
+) -> dict[str, Group]:
+    """`groups` after the membership records among (key, value), in log order: the last
+    record of a group wins, a tombstone removes it; other records are skipped."""
+    result = dict(groups)
+    for key, value in records:
+        if key is None:
+            continue
+        try:
+            decoded = _key_decoder.decode(key)
+        except msgspec.DecodeError:
+            continue
+        if decoded.kind != _KEY_KIND_GROUP:
+            continue
+        if value is None:
+            result.pop(decoded.group_id, None)
+        else:
+            result[decoded.group_id] = _group_decoder.decode(value)
+    return result
 
 
 def replay(

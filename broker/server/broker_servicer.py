@@ -524,7 +524,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         elif isinstance(coordinator, Refusal):
             result = HeartbeatResult(error=int(coordinator.code), message=coordinator.message)
         else:
-            result = coordinator.heartbeat(
+            result = await coordinator.heartbeat(
                 request.group_id,
                 HeartbeatRequest(
                     member_id=request.member_id,

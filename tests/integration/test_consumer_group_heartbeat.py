@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import grpc
 import pytest
 
 from minikafka.errors import ErrorCode
@@ -107,21 +108,24 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
 
 
 def coordinator_stub(cluster: Cluster) -> broker_pb2_grpc.BrokerServiceStub:
-    def ask() -> int | None:
-        reply = cluster.stub().FindCoordinator(
-            broker_pb2.FindCoordinatorRequest(group_ids=[GROUP]), timeout=10
-        )
-        return reply.coordinators[0].node_id if reply.coordinators[0].error_code == 0 else None
+    """The coordinator's stub, once it has loaded its partition."""
 
-    node_id = wait_until(ask, what="the group coordinator")
-    stub = cluster.stub(node_id)
+    def ready() -> broker_pb2_grpc.BrokerServiceStub | None:
+        try:
+            reply = cluster.stub().FindCoordinator(
+                broker_pb2.FindCoordinatorRequest(group_ids=[GROUP]), timeout=10
+            )
+            found = reply.coordinators[0]
+            if found.error_code != ErrorCode.NONE:
+                return None
+            stub = cluster.stub(found.node_id)
+            probe = broker_pb2.OffsetFetchRequest(group_id=GROUP, member_epoch=-1)
+            loaded = stub.OffsetFetch(probe, timeout=10).error_code == ErrorCode.NONE
+        except grpc.RpcError:  # a broker that was just killed
+            return None
+        return stub if loaded else None
 
-    def loaded() -> bool:
-        probe = broker_pb2.OffsetFetchRequest(group_id=GROUP, member_epoch=-1)
-        return stub.OffsetFetch(probe, timeout=10).error_code == ErrorCode.NONE
-
-    wait_until(loaded, what="the coordinator to load its partition")
-    return stub
+    return wait_until(ready, what="the coordinator to load its partition")
 
 
 def test_members_join_leave_and_are_fenced(cluster: Cluster) -> None:
@@ -201,3 +205,44 @@ def test_refused_heartbeats(cluster: Cluster) -> None:
     assert stub.ConsumerGroupHeartbeat(no_group, timeout=10).error_code == (
         ErrorCode.INVALID_GROUP_ID
     )
+
+
+def test_members_survive_a_coordinator_change(cluster: Cluster) -> None:
+    """Membership is written to __consumer_offsets: after the coordinator's broker is
+    killed, the new coordinator knows the members, their epochs and their partitions."""
+    stub = coordinator_stub(cluster)
+    a, b = WireMember(stub, "member-a"), WireMember(stub, "member-b")
+    a.heartbeat(join=True)
+    b.heartbeat(join=True)
+    settle([a, b])
+    epochs, owned = (a.epoch, b.epoch), (set(a.owned), set(b.owned))
+
+    first = find_node(cluster)
+    cluster.brokers[first].kill()
+    wait_until(lambda: find_node(cluster) != first, what="a new coordinator")
+    new_stub = coordinator_stub(cluster)
+    for member in (a, b):
+        member.stub = new_stub
+        reply = member.heartbeat()  # asserts NONE: not UNKNOWN_MEMBER_ID
+        assert reply.member_epoch == epochs[(a, b).index(member)]
+    assert (a.owned, b.owned) == owned
+    check_disjoint([a, b])
+
+    # The group goes on from there: b leaves, a gets everything.
+    b.leave()
+    settle([a])
+    assert a.owned == EVERYTHING
+
+
+def find_node(cluster: Cluster) -> int:
+    def ask() -> int | None:
+        try:
+            reply = cluster.stub().FindCoordinator(
+                broker_pb2.FindCoordinatorRequest(group_ids=[GROUP]), timeout=10
+            )
+        except grpc.RpcError:
+            return None
+        found = reply.coordinators[0]
+        return found.node_id if found.error_code == ErrorCode.NONE else None
+
+    return wait_until(ask, what="the group coordinator")

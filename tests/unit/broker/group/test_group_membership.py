@@ -15,6 +15,8 @@ from broker.group.membership import (
     expire,
     heartbeat,
     next_deadline_ms,
+    restart_deadlines,
+    without_deadlines,
 )
 from broker.group.model import (
     Group,
@@ -401,3 +403,27 @@ def test_records_round_trip_through_msgspec() -> None:
     group = two_members()
     decoded = msgspec.msgpack.decode(msgspec.msgpack.encode(group), type=Group)
     assert decoded == group
+
+
+def test_a_new_coordinator_restarts_every_deadline() -> None:
+    group, _ = join(Group(group_id="g"), "a", now_ms=0, rebalance_timeout_ms=500)
+    group, _ = join(group, "b", now_ms=100)
+    group, _ = beat(group, "a", 1, owned=parts("t0 t1 t2 t3"), now_ms=200)  # a revoking
+    restarted = restart_deadlines(group, now_ms=50_000)
+    assert {
+        m: (v.session_deadline_ms, v.revocation_deadline_ms) for m, v in restarted.members.items()
+    } == {
+        "a": (60_000, 50_500),
+        "b": (60_000, -1),
+    }
+    assert without_deadlines(restarted) == without_deadlines(group)
+    assert expire(restarted, now_ms=50_499, config=CONFIG)[1] == ()
+
+
+def test_only_deadlines_is_not_a_durable_change() -> None:
+    group = two_members()
+    later, _ = beat(group, "a", 2, owned=parts("t0 t1"), now_ms=5_000)
+    assert later != group
+    assert without_deadlines(later) == without_deadlines(group)
+    moved, _ = beat(group, "b", -1)
+    assert without_deadlines(moved) != without_deadlines(group)

@@ -7,15 +7,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker.group.model import TopicPartition
+from broker.group.model import Group, TopicPartition
 from broker.group.offsets import (
     OffsetRecord,
     commit_error,
     coordinator_partition,
     decode_commit,
     encode_commit,
+    encode_group,
     java_string_hash,
     replay,
+    replay_groups,
 )
 from minikafka.errors import ErrorCode
 
@@ -138,3 +140,19 @@ COMMIT_ERRORS = [
 )
 def test_commit_error(append: ErrorCode, expected: ErrorCode) -> None:
     assert commit_error(append) is expected
+
+
+def test_membership_records_replay_last_wins_and_tombstones() -> None:
+    first = Group(group_id="g", group_epoch=1, assignment_epoch=1)
+    second = Group(group_id="g", group_epoch=2, assignment_epoch=2)
+    other = Group(group_id="h", group_epoch=5, assignment_epoch=5)
+    records = [
+        encode_group("g", first),
+        commit("g", T0, 3),  # an offset record: not membership, skipped here
+        encode_group("h", other),
+        encode_group("g", second),
+    ]
+    assert replay_groups({}, records) == {"g": second, "h": other}
+    assert replay_groups({}, [*records, encode_group("g", None)]) == {"h": other}
+    # ... and membership records are not offsets.
+    assert replay({}, records) == {"g": {T0: OffsetRecord(offset=3, leader_epoch=3)}}
