@@ -355,7 +355,7 @@ class GroupCoordinator:
             if partition.leader_epoch != loaded.leader_epoch:
                 continue
             for group_id in sorted(set(loaded.offsets) | set(loaded.groups)):
-                group = loaded.groups.get(group_id)
+                group = self._group(loaded, group_id)  # silent members expired
                 lag: dict[tuple[str, int], int] = {}
                 for tp, record in loaded.offsets.get(group_id, {}).items():
                     local = self._replicas.partitions.get((tp.topic, tp.partition))
