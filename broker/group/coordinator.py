@@ -297,7 +297,8 @@ class GroupCoordinator:
                 return HeartbeatResult(
                     error=int(ErrorCode.NOT_COORDINATOR), message="the coordinator moved"
                 )
-            group = self._group(loaded, group_id) or Group(
+            existing = self._group(loaded, group_id)
+            group = existing or Group(
                 group_id=group_id, assignor=self._group_config.default_assignor
             )
             topics = {t for m in group.members.values() for t in m.subscribed_topics}
@@ -311,7 +312,11 @@ class GroupCoordinator:
                 now_ms=self._clock.monotonic_ms(),
                 config=self._group_config,
             )
-            durable = without_deadlines(group) if group.members else None
+            if existing is None and not group.members:
+                return result  # a refused first heartbeat creates no group
+            # An empty group is kept (not a tombstone): its epoch must never start over,
+            # or a commit from an old incarnation could match a new member epoch.
+            durable = without_deadlines(group)
             if durable != loaded.persisted.get(group_id):
                 refusal = await self._persist(loaded, index, group_id, durable)
                 if refusal is not None:
@@ -381,10 +386,7 @@ class GroupCoordinator:
 
     @staticmethod
     def _store(loaded: _Loaded, group: Group) -> None:
-        if group.members:
-            loaded.groups[group.group_id] = group
-        else:
-            loaded.groups.pop(group.group_id, None)
+        loaded.groups[group.group_id] = group  # kept when empty: its epoch goes on
 
     # ---- group admin ----------------------------------------------------------------
 
@@ -422,8 +424,9 @@ class GroupCoordinator:
         return Refusal(ErrorCode.GROUP_ID_NOT_FOUND, f"group {group_id!r} does not exist")
 
     async def delete_group(self, group_id: str, *, timeout_ms: int) -> Refusal | None:
-        """Delete the group's committed offsets (tombstones, acks=all): NON_EMPTY_GROUP
-        while it has members, GROUP_ID_NOT_FOUND when it has no offsets."""
+        """Delete the group: its committed offsets and its membership record (tombstones,
+        acks=all); NON_EMPTY_GROUP while it has members, GROUP_ID_NOT_FOUND when there is
+        nothing to delete. A group made again later starts at epoch 0."""
         found = self._serving(group_id)
         if isinstance(found, Refusal):
             return found
@@ -434,13 +437,16 @@ class GroupCoordinator:
                 ErrorCode.NON_EMPTY_GROUP,
                 f"group {group_id!r} has {len(group.members)} members: stop them first",
             )
-        committed = loaded.offsets.get(group_id)
-        if not committed:
+        committed = loaded.offsets.get(group_id, {})
+        if not committed and group is None:
             return Refusal(ErrorCode.GROUP_ID_NOT_FOUND, f"group {group_id!r} does not exist")
         now_ms = self._clock.wall_ms()
         tombstones = [encode_commit(group_id, tp, None) for tp in sorted(committed)]
         if loaded.persisted.get(group_id) is not None:
             tombstones.append(encode_group(group_id, None))
+        if not tombstones:  # known only in memory: nothing to write
+            loaded.groups.pop(group_id, None)
+            return None
         [result] = await self._replicas.produce(
             acks=-1,
             timeout_ms=timeout_ms or self._settings.commit_timeout_ms,

@@ -1,12 +1,13 @@
 """Hypothesis: any interleaving of joins, leaves (dynamic and static), fences (stale or
 future epochs), heartbeats with and without acknowledgement, subscription changes, topic
-growth and the passing of time (session and rebalance timeouts).
+growth, the passing of time (session and rebalance timeouts) and coordinator changes (the
+group reloaded from its membership record, deadlines restarted).
 
 Checked after every step: the coordinator's held sets never overlap, and what each live
 client believes it owns is held for it by the coordinator, so no two live members of the
 group ever own one partition. Checked whenever the group is let settle: it becomes STABLE,
 every member holds exactly its target, and every partition of a subscribed topic is
-assigned.
+assigned. The group epoch never goes back.
 """
 
 from __future__ import annotations
@@ -16,7 +17,13 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from broker.group.membership import check_invariants, expire, heartbeat
+from broker.group.membership import (
+    check_invariants,
+    expire,
+    heartbeat,
+    restart_deadlines,
+    without_deadlines,
+)
 from broker.group.model import (
     Group,
     GroupConfig,
@@ -26,6 +33,7 @@ from broker.group.model import (
     TopicPartition,
     group_state,
 )
+from broker.group.offsets import encode_group, replay_groups
 from minikafka.errors import ErrorCode
 
 CONFIG = GroupConfig(
@@ -69,6 +77,7 @@ class GroupMachine(RuleBasedStateMachine):
         self.now_ms = 0
         self.counts = {"t": 3, "u": 4}
         self.clients = {name: Client() for name in CLIENTS}
+        self.highest_group_epoch = 0
 
     # ---- helpers -------------------------------------------------------------------------
 
@@ -193,6 +202,14 @@ class GroupMachine(RuleBasedStateMachine):
     def add_partition(self, topic: str) -> None:
         self.counts = {**self.counts, topic: self.counts[topic] + 1}
 
+    @rule()
+    def coordinator_moves(self) -> None:
+        """A new coordinator loads the group as last written (every durable change is
+        written before it is answered) and restarts the deadlines."""
+        record = encode_group("g", without_deadlines(self.group))
+        loaded = replay_groups({}, [record])["g"]
+        self.group = restart_deadlines(loaded, now_ms=self.now_ms)
+
     @rule(elapsed_ms=st.integers(0, 12_000))
     def time_passes(self, elapsed_ms: int) -> None:
         self.now_ms += elapsed_ms
@@ -231,6 +248,12 @@ class GroupMachine(RuleBasedStateMachine):
     def coordinator_records_are_consistent(self) -> None:
         if hasattr(self, "group"):
             assert check_invariants(self.group) == []
+
+    @invariant()
+    def group_epoch_never_goes_back(self) -> None:
+        if hasattr(self, "group"):
+            assert self.group.group_epoch >= self.highest_group_epoch
+            self.highest_group_epoch = self.group.group_epoch
 
     @invariant()
     def live_members_never_share_a_partition(self) -> None:
