@@ -20,6 +20,8 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from broker.clock import Clock, SystemClock
 from broker.config import BrokerConfig
 from broker.controller_link import ControllerForwarder, ControllerLink
+from broker.group.coordinator import GroupCoordinator, OffsetsTopicSettings
+from broker.group.model import GroupConfig
 from broker.log.config import LogConfig
 from broker.log.manager import LogManager
 from broker.metadata_cache import BrokerInfo, MetadataCache
@@ -322,6 +324,22 @@ class Broker:
             admin = ControllerForwarder(link)
         self.link = link
 
+        coordinator = GroupCoordinator(
+            replicas=replicas,
+            metadata=self.metadata,
+            admin=admin,
+            settings=OffsetsTopicSettings(
+                num_partitions=config.offsets_topic_num_partitions,
+                replication_factor=config.offsets_topic_replication_factor,
+                commit_timeout_ms=config.offsets_commit_timeout_ms,
+            ),
+            clock=self.clock,
+            group_config=GroupConfig(
+                session_timeout_ms=config.group_consumer_session_timeout_ms,
+                heartbeat_interval_ms=config.group_consumer_heartbeat_interval_ms,
+            ),
+        )
+        self.metrics.watch_groups(coordinator.metrics)
         self.response_budget = budget = ResponseBudget(
             total_bytes=config.max_outstanding_response_bytes,
             per_connection_bytes=config.max_outstanding_response_bytes_per_connection,
@@ -335,6 +353,7 @@ class Broker:
                 fetch_max_bytes=config.fetch_max_bytes,
                 message_max_bytes=config.message_max_bytes,
                 response_budget=budget,
+                coordinator=coordinator,
             ),
             server,
         )
@@ -349,6 +368,7 @@ class Broker:
                     message_max_bytes=config.message_max_bytes,
                     external=True,
                     response_budget=budget,
+                    coordinator=coordinator,
                 ),
                 external_server,
             )
@@ -397,6 +417,7 @@ class Broker:
             if external_server is not None:
                 await external_server.stop(SHUTDOWN_GRACE_S)
             await server.stop(SHUTDOWN_GRACE_S)
+            await coordinator.close()
             if link is not None:
                 await link.final_heartbeat()
                 await link.close()

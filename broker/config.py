@@ -59,6 +59,12 @@ class BrokerConfig(msgspec.Struct, frozen=True, kw_only=True):
     request_timeout_ms_max: PositiveMs = 120_000
     fetch_max_bytes: PositiveMs = 64 * 1024 * 1024
     message_max_bytes: PositiveMs = 1024 * 1024 + 1024
+    # Consumer groups: the internal topic __consumer_offsets (read when it is created)
+    offsets_topic_num_partitions: PositiveMs = 50
+    offsets_topic_replication_factor: PositiveMs = 3
+    offsets_commit_timeout_ms: PositiveMs = 5_000
+    group_consumer_session_timeout_ms: PositiveMs = 45_000
+    group_consumer_heartbeat_interval_ms: PositiveMs = 5_000
     # Topic defaults (per-topic configs override these)
     num_partitions: PositiveMs = 1
     min_insync_replicas: PositiveMs = 1

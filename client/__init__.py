@@ -18,10 +18,12 @@ The asyncio twins are `AsyncProducer` and `AsyncConsumer`; errors live in
 from client.admin import Admin, AsyncAdmin
 from client.consumer import AsyncConsumer
 from client.futures import FutureBatchMetadata, FutureRecordMetadata
+from client.group import ConsumerRebalanceListener
 from client.producer import AsyncProducer, Producer
 from client.records import (
     ConsumerRecord,
     NewTopic,
+    OffsetAndMetadata,
     OffsetAndTimestamp,
     RecordMetadata,
     TopicPartition,
@@ -34,10 +36,12 @@ __all__ = [
     "AsyncConsumer",
     "AsyncProducer",
     "Consumer",
+    "ConsumerRebalanceListener",
     "ConsumerRecord",
     "FutureBatchMetadata",
     "FutureRecordMetadata",
     "NewTopic",
+    "OffsetAndMetadata",
     "OffsetAndTimestamp",
     "Producer",
     "RecordMetadata",

@@ -29,8 +29,9 @@ from client.errors import (
     check_config_keys,
     from_response,
 )
+from client.group_admin import GroupCalls, GroupDescription, GroupListing
 from client.loop_thread import LoopThread
-from client.records import NewTopic, TopicPartition
+from client.records import NewTopic, OffsetAndMetadata, TopicPartition
 from client.security import client_tls
 from client.transport import BrokerConnections
 from minikafka.acl import AclBinding, AclFilter
@@ -323,10 +324,59 @@ class AsyncAdmin:
             tls=tls,
         )
         self._closed = False
+        self._groups = GroupCalls(
+            self._conn, timeout_s=request_timeout_ms / 1000, backoff_s=retry_backoff_ms / 1000
+        )
 
     async def close(self) -> None:
         self._closed = True
         await self._conn.close()
+
+    # ---- consumer groups (see `client.group_admin`) -----------------------------------
+
+    async def list_consumer_groups(self) -> list[GroupListing]:
+        """Every group with members or committed offsets, from every broker."""
+        self._check_open("list_consumer_groups()")
+        return await self._groups.list_groups()
+
+    async def describe_consumer_group(self, group_id: str) -> GroupDescription:
+        """State, epoch, assignor and members (with their assignments) of `group_id`;
+        `GroupIdNotFoundError` when it has neither members nor committed offsets."""
+        self._check_open("describe_consumer_group()")
+        return await self._groups.describe_group(_group_id(group_id))
+
+    async def list_consumer_group_offsets(
+        self, group_id: str
+    ) -> dict[TopicPartition, OffsetAndMetadata]:
+        """The group's committed offsets."""
+        self._check_open("list_consumer_group_offsets()")
+        return await self._groups.list_offsets(_group_id(group_id))
+
+    async def alter_consumer_group_offsets(
+        self, group_id: str, offsets: Mapping[TopicPartition, int | OffsetAndMetadata]
+    ) -> None:
+        """Set the group's committed offsets; refused while the group has members
+        (`UnknownMemberIdError`)."""
+        self._check_open("alter_consumer_group_offsets()")
+        checked = {
+            TopicPartition(*tp): v if isinstance(v, OffsetAndMetadata) else OffsetAndMetadata(v)
+            for tp, v in offsets.items()
+        }
+        bad = [(tp, m.offset) for tp, m in checked.items() if m.offset < 0]
+        if bad:
+            raise ValueError(f"offsets must be >= 0, got {bad[0][1]} for {bad[0][0]}")
+        await self._groups.alter_offsets(_group_id(group_id), checked)
+
+    async def delete_consumer_groups(self, group_ids: Iterable[str]) -> None:
+        """Delete groups (their committed offsets); `NonEmptyGroupError` while a group
+        has members."""
+        self._check_open("delete_consumer_groups()")
+        for group_id in group_ids:
+            await self._groups.delete_group(_group_id(group_id))
+
+    def _check_open(self, what: str) -> None:
+        if self._closed:
+            raise IllegalStateError(f"{what}: the admin client is closed")
 
     async def __aenter__(self) -> AsyncAdmin:
         return self
@@ -751,6 +801,12 @@ class AsyncAdmin:
             await asyncio.sleep(self.retry_backoff_ms / 1000)
 
 
+def _group_id(group_id: object) -> str:
+    if not isinstance(group_id, str) or not group_id:
+        raise ValueError(f"a group id must be a non-empty str, got {group_id!r}")
+    return group_id
+
+
 def _election_partitions(partitions: Iterable[TopicPartition] | None) -> list[TopicPartition]:
     if partitions is None:
         return []
@@ -889,6 +945,23 @@ class Admin:
         self, partitions: Iterable[TopicPartition], spec: OffsetSpec = "latest"
     ) -> dict[TopicPartition, OffsetInfo]:
         return self._thread.run(self._inner.list_offsets(partitions, spec))
+
+    def list_consumer_groups(self) -> list[GroupListing]:
+        return self._thread.run(self._inner.list_consumer_groups())
+
+    def describe_consumer_group(self, group_id: str) -> GroupDescription:
+        return self._thread.run(self._inner.describe_consumer_group(group_id))
+
+    def list_consumer_group_offsets(self, group_id: str) -> dict[TopicPartition, OffsetAndMetadata]:
+        return self._thread.run(self._inner.list_consumer_group_offsets(group_id))
+
+    def alter_consumer_group_offsets(
+        self, group_id: str, offsets: Mapping[TopicPartition, int | OffsetAndMetadata]
+    ) -> None:
+        self._thread.run(self._inner.alter_consumer_group_offsets(group_id, offsets))
+
+    def delete_consumer_groups(self, group_ids: Iterable[str]) -> None:
+        self._thread.run(self._inner.delete_consumer_groups(list(group_ids)))
 
     def close(self) -> None:
         if self._closed:

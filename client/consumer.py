@@ -10,10 +10,11 @@ queries (ListOffsets, retried while a new leader has none yet).
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from types import TracebackType
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from client.consumer_config import (
     ConsumerConfig,
@@ -26,8 +27,10 @@ from client.delivery import RecordDelivery
 from client.errors import (
     ConsumerStoppedError,
     IllegalStateError,
+    KafkaConfigurationError,
 )
 from client.fetcher import Fetcher
+from client.group import ConsumerRebalanceListener, GroupMember, GroupSettings
 from client.metrics import ConsumerMetrics
 from client.offset_rules import (
     EARLIEST,
@@ -36,12 +39,79 @@ from client.offset_rules import (
     reset_target,
 )
 from client.positions import ConsumerPositions
-from client.records import ConsumerRecord, Deserializer, OffsetAndTimestamp, TopicPartition
+from client.records import (
+    ConsumerRecord,
+    Deserializer,
+    OffsetAndMetadata,
+    OffsetAndTimestamp,
+    TopicPartition,
+)
 from client.security import client_tls
 from client.subscription import SubscriptionState
-from client.transport import BrokerConnections
+from client.transport import BrokerConnections, check_number
 
 __all__ = ["AsyncConsumer"]
+
+
+def group_settings(
+    *,
+    group_id: str | None,
+    group_instance_id: str | None,
+    enable_auto_commit: bool,
+    auto_commit_interval_ms: int,
+    session_timeout_ms: int,
+    heartbeat_interval_ms: int,
+    max_poll_interval_ms: int,
+    client_id: str,
+) -> GroupSettings | None:
+    """The checked group settings, or None without `group_id` (today's behaviour)."""
+    if group_id is None:
+        if group_instance_id is not None:
+            raise KafkaConfigurationError("group_instance_id needs group_id")
+        return None
+    if not isinstance(group_id, str) or not group_id:
+        raise KafkaConfigurationError(f"group_id must be a non-empty str, got {group_id!r}")
+    if group_instance_id is not None and (
+        not isinstance(group_instance_id, str) or not group_instance_id
+    ):
+        raise KafkaConfigurationError(
+            f"group_instance_id must be a non-empty str, got {group_instance_id!r}"
+        )
+    if not isinstance(enable_auto_commit, bool):
+        raise KafkaConfigurationError(
+            f"enable_auto_commit must be a bool, got {enable_auto_commit!r}"
+        )
+    for name, value in (
+        ("auto_commit_interval_ms", auto_commit_interval_ms),
+        ("session_timeout_ms", session_timeout_ms),
+        ("heartbeat_interval_ms", heartbeat_interval_ms),
+        ("max_poll_interval_ms", max_poll_interval_ms),
+    ):
+        check_number(name, value, minimum=1, integral=True)
+    return GroupSettings(
+        group_id=group_id,
+        group_instance_id=group_instance_id,
+        session_timeout_ms=session_timeout_ms,
+        heartbeat_interval_ms=heartbeat_interval_ms,
+        max_poll_interval_ms=max_poll_interval_ms,
+        enable_auto_commit=enable_auto_commit,
+        auto_commit_interval_ms=auto_commit_interval_ms,
+        client_id=client_id,
+    )
+
+
+def commit_offsets(offsets: dict[TopicPartition, Any]) -> dict[TopicPartition, OffsetAndMetadata]:
+    """`commit()`'s argument checked: each value an offset (int >= 0) or an
+    `OffsetAndMetadata`."""
+    if not isinstance(offsets, dict):
+        raise TypeError(f"offsets must be a dict {{TopicPartition: offset}}, got {offsets!r}")
+    result: dict[TopicPartition, OffsetAndMetadata] = {}
+    for tp, value in offsets.items():
+        meta = value if isinstance(value, OffsetAndMetadata) else OffsetAndMetadata(value)
+        if not isinstance(meta.offset, int) or isinstance(meta.offset, bool) or meta.offset < 0:
+            raise ValueError(f"the offset to commit for {tp} must be an int >= 0, got {value!r}")
+        result[TopicPartition(*tp)] = meta
+    return result
 
 
 class _Runtime(NamedTuple):
@@ -122,6 +192,13 @@ class AsyncConsumer:
         ssl_certfile: str | None = None,
         ssl_keyfile: str | None = None,
         ssl_check_hostname: bool = True,
+        group_id: str | None = None,
+        group_instance_id: str | None = None,
+        enable_auto_commit: bool = True,
+        auto_commit_interval_ms: int = 5_000,
+        session_timeout_ms: int = 45_000,
+        heartbeat_interval_ms: int = 3_000,
+        max_poll_interval_ms: int = 300_000,
     ) -> None:
         self.tls = client_tls(
             security_protocol=security_protocol,
@@ -156,6 +233,20 @@ class AsyncConsumer:
             topic_names(topics, "AsyncConsumer"), reset_target(config.auto_offset_reset)
         )
         self._positions = ConsumerPositions(self.subscription_state, self._wake)
+        self.group_settings = group_settings(
+            group_id=group_id,
+            group_instance_id=group_instance_id,
+            enable_auto_commit=enable_auto_commit,
+            auto_commit_interval_ms=auto_commit_interval_ms,
+            session_timeout_ms=session_timeout_ms,
+            heartbeat_interval_ms=heartbeat_interval_ms,
+            max_poll_interval_ms=max_poll_interval_ms,
+            client_id=client_id,
+        )
+        self.subscription_state.group_managed = self.group_settings is not None
+        #: The group membership (with `group_id`, once started).
+        self._group: GroupMember | None = None
+        self._listener: ConsumerRebalanceListener | None = None
         #: The parts that exist once started.
         self._runtime: _Runtime | None = None
         self._started = False
@@ -177,12 +268,24 @@ class AsyncConsumer:
         self._positions.conn, self._positions.offsets = runtime.conn, runtime.fetcher.offsets
         self._update_subscription_assignment()
         runtime.fetcher.start()
+        if self.group_settings is not None:
+            self._group = GroupMember(
+                self.group_settings,
+                conn=runtime.conn,
+                subscription=self.subscription_state,
+                wake_fetcher=runtime.fetcher.wake,
+            )
+            if self._listener is not None:
+                self._group.listener = self._listener
+            self._group.start()
         self._started = True
 
     async def stop(self) -> None:
         if self._closed:
             return
         self._closed = True
+        if self._group is not None:
+            await self._group.close()
         if self._runtime is not None:
             await self._runtime.fetcher.close()
             await self._runtime.conn.close()
@@ -215,14 +318,42 @@ class AsyncConsumer:
 
     # ---- assignment (see `client.subscription`) --------------------------------------
 
-    def subscribe(self, topics: str | Iterable[str]) -> None:
-        """Consume every partition of `topics` (a str or a list; static assignment,
-        refreshed with metadata, until consumer groups exist); an empty list
-        unsubscribes. `IllegalStateError` after `assign()` (`unsubscribe()` first)."""
+    def subscribe(
+        self,
+        topics: str | Iterable[str] = (),
+        pattern: str | None = None,
+        listener: ConsumerRebalanceListener | None = None,
+    ) -> None:
+        """Consume `topics` (a str or a list): without `group_id` every partition of
+        them (refreshed with metadata); with `group_id` the partitions the group's
+        coordinator assigns this member, `listener` (a `ConsumerRebalanceListener`) being
+        told of each change. `pattern` (a regex, instead of topics) subscribes to every
+        topic whose whole name it matches, internal `__` topics excepted, as metadata
+        shows them (refreshed every `metadata_max_age_ms`). An empty list unsubscribes.
+        `IllegalStateError` after `assign()` (`unsubscribe()` first)."""
         self._check_not_closed()
-        if self.subscription_state.subscribe_to(topics) and self._runtime is not None:
+        if pattern is not None and topics not in ((), [], None):
+            raise KafkaConfigurationError("subscribe() takes topics or a pattern, not both")
+        if listener is not None:
+            if self.group_settings is None:
+                raise IllegalStateError("a rebalance listener needs group_id")
+            if not isinstance(listener, ConsumerRebalanceListener):
+                raise TypeError(
+                    f"listener must be a ConsumerRebalanceListener, got {type(listener).__name__}"
+                )
+            self._listener = listener
+            if self._group is not None:
+                self._group.listener = listener
+        if pattern is not None:
+            self.subscription_state.subscribe_pattern(pattern)
+            if self._runtime is not None:
+                self._runtime.conn.track_all_topics()
+                self._runtime.fetcher.track((), subscribed=True)
+        elif self.subscription_state.subscribe_to(topics) and self._runtime is not None:
             self._runtime.fetcher.track(self.subscription_state.topics, subscribed=True)
             self._update_subscription_assignment()
+        if self._group is not None:
+            self._group.wake()
 
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
         """Consume exactly these partitions (a list of `TopicPartition`); an empty list
@@ -240,6 +371,8 @@ class AsyncConsumer:
         self._check_not_closed()
         self.subscription_state.unsubscribe()
         self._wake()
+        if self._group is not None:
+            self._group.wake()
 
     def assignment(self) -> set[TopicPartition]:
         return set(self.subscription_state.assignment)
@@ -249,7 +382,10 @@ class AsyncConsumer:
 
     def _update_subscription_assignment(self) -> None:
         if self._runtime is not None:
+            topics = self.subscription_state.topics
             self.subscription_state.update_assignment(self._runtime.conn.view)
+            if self._group is not None and self.subscription_state.topics != topics:
+                self._group.wake()  # a pattern matched new topics: tell the coordinator
             self._wake()
 
     def pause(self, *partitions: TopicPartition) -> None:
@@ -341,6 +477,35 @@ class AsyncConsumer:
         report = {} if runtime is None else runtime.metrics.report(self.clock() * 1000)
         return {"consumer-fetch-manager-metrics": report}
 
+    # ---- committed offsets (consumer groups) -----------------------------------------
+
+    def _group_member(self) -> GroupMember:
+        self._check_open()
+        if self._group is None:
+            raise IllegalStateError("committing offsets needs group_id")
+        return self._group
+
+    async def commit(self, offsets: dict[TopicPartition, Any] | None = None) -> None:
+        """Commit `offsets` ({TopicPartition: offset or OffsetAndMetadata}; default: the
+        position of every assigned partition, i.e. after the records poll returned) and
+        wait until the coordinator has them replicated. `CommitFailedError` when this
+        member was fenced (its partitions may belong to another member now)."""
+        member = self._group_member()
+        await member.commit(None if offsets is None else commit_offsets(offsets))
+
+    def commit_async(self, offsets: dict[TopicPartition, Any] | None = None) -> asyncio.Task[None]:
+        """`commit` without waiting: a task to await (or not) for its outcome."""
+        self._group_member()
+        return asyncio.ensure_future(self.commit(offsets))
+
+    async def committed(self, partition: TopicPartition) -> int | None:
+        """The group's committed offset of `partition` (None: none). A fencing or
+        coordinator error is raised, never answered as None."""
+        member = self._group_member()
+        found = await member.fetch_committed([TopicPartition(*partition)])
+        value = found[TopicPartition(*partition)]
+        return None if value is None else value.offset
+
     # ---- records --------------------------------------------------------------------
 
     async def getmany(
@@ -353,6 +518,8 @@ class AsyncConsumer:
         self._check_open()
         assert self._runtime is not None
         check_poll_args(timeout_ms, max_records)
+        if self._group is not None:
+            await self._group.on_poll()
         only = self.subscription_state.polled(partitions)
         return await self._runtime.delivery.take_within(
             max_records or self.config.max_poll_records,

@@ -277,6 +277,61 @@ class IneligibleReplicaError(BrokerResponseError):
     default_code = ErrorCode.INELIGIBLE_REPLICA
 
 
+# Group coordinator and membership codes (kafka-python's class names).
+
+
+class CoordinatorLoadInProgressError(BrokerResponseError):
+    default_code = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+
+
+class CoordinatorNotAvailableError(BrokerResponseError):
+    default_code = ErrorCode.COORDINATOR_NOT_AVAILABLE
+
+
+class NotCoordinatorError(BrokerResponseError):
+    default_code = ErrorCode.NOT_COORDINATOR
+
+
+class InvalidGroupIdError(BrokerResponseError):
+    default_code = ErrorCode.INVALID_GROUP_ID
+
+
+class UnknownMemberIdError(BrokerResponseError):
+    default_code = ErrorCode.UNKNOWN_MEMBER_ID
+
+
+class InvalidSessionTimeoutError(BrokerResponseError):
+    default_code = ErrorCode.INVALID_SESSION_TIMEOUT
+
+
+class NonEmptyGroupError(BrokerResponseError):
+    default_code = ErrorCode.NON_EMPTY_GROUP
+
+
+class GroupIdNotFoundError(BrokerResponseError):
+    default_code = ErrorCode.GROUP_ID_NOT_FOUND
+
+
+class GroupMaxSizeReachedError(BrokerResponseError):
+    default_code = ErrorCode.GROUP_MAX_SIZE_REACHED
+
+
+class FencedMemberEpochError(BrokerResponseError):
+    default_code = ErrorCode.FENCED_MEMBER_EPOCH
+
+
+class UnreleasedInstanceIdError(BrokerResponseError):
+    default_code = ErrorCode.UNRELEASED_INSTANCE_ID
+
+
+class UnsupportedAssignorError(BrokerResponseError):
+    default_code = ErrorCode.UNSUPPORTED_ASSIGNOR
+
+
+class StaleMemberEpochError(BrokerResponseError):
+    default_code = ErrorCode.STALE_MEMBER_EPOCH
+
+
 # ---- client-side conditions ---------------------------------------------------------
 
 
@@ -310,6 +365,16 @@ class IllegalStateError(MiniKafkaClientError):
     invalid_metadata = False
 
 
+class CommitFailedError(MiniKafkaClientError):
+    """An offset commit was refused because this consumer is no longer the member it was
+    (fenced, or its session expired): its partitions may belong to another member now.
+    kafka-python's name; not retriable (poll again, which rejoins)."""
+
+    default_code = ErrorCode.STALE_MEMBER_EPOCH
+    retriable = False
+    invalid_metadata = False
+
+
 class KafkaConfigurationError(MiniKafkaClientError, TypeError, ValueError):
     """A client was given a config key it does not know, or a value it cannot use.
 
@@ -325,12 +390,8 @@ class KafkaConfigurationError(MiniKafkaClientError, TypeError, ValueError):
 
 #: kafka-python config keys the client does not support yet, with why.
 _UNSUPPORTED_HINTS: Mapping[str, str] = {
-    "group_id": "consumer groups are not supported yet: use assign() / subscribe() "
-    "without a group and keep offsets yourself",
-    "enable_auto_commit": "consumer groups (and so offset commits) are not supported yet",
-    "auto_commit_interval_ms": "consumer groups (and so offset commits) are not supported yet",
-    "security_protocol": "minikafka speaks plaintext gRPC only",
-    "sasl_mechanism": "minikafka has no authentication",
+    "sasl_mechanism": "minikafka has no SASL: authenticate with a TLS client certificate "
+    "(security_protocol='SSL', ssl_certfile, ssl_keyfile)",
     "api_version": "minikafka speaks gRPC, not the Kafka protocol: there is no API version",
 }
 

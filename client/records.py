@@ -52,6 +52,15 @@ class OffsetAndTimestamp(NamedTuple):
     leader_epoch: int = -1
 
 
+class OffsetAndMetadata(NamedTuple):
+    """A committed offset (kafka-python's type): the next offset to consume, free-form
+    metadata, and the leader epoch of the record before it (-1: not known)."""
+
+    offset: int
+    metadata: str = ""
+    leader_epoch: int = -1
+
+
 class ConsumerRecord(msgspec.Struct, frozen=True, gc=False):
     """One consumed record (kafka-python's field names, in kafka-python's order).
 

@@ -21,10 +21,11 @@ report once (a definite fetch error: the fetch is tried again after `retry_backo
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Iterable, Sequence
 
 from client.consumer_config import partition_args, topic_names, topic_partition
-from client.errors import IllegalStateError
+from client.errors import IllegalStateError, KafkaConfigurationError
 from client.metadata import ClusterView
 from client.records import ConsumerRecord, TopicPartition
 
@@ -148,6 +149,11 @@ class SubscriptionState:
         self.user_assigned = False
         self.default_reset = default_reset
         self.assignment: dict[TopicPartition, PartitionState] = {}
+        #: With a group, the coordinator assigns partitions (`client.group`), not metadata.
+        self.group_managed = False
+        #: subscribe(pattern=...): `topics` is every topic the metadata knows that the
+        #: pattern matches in full (internal topics, `__...`, left out, as Kafka does).
+        self.pattern: re.Pattern[str] | None = None
 
     def subscribe_to(self, topics: str | Iterable[str]) -> bool:
         """`subscribe()`'s argument checked and applied; False when it unsubscribed
@@ -174,8 +180,14 @@ class SubscriptionState:
         return wanted
 
     def update_assignment(self, view: ClusterView) -> None:
-        """Subscribed: assign every partition `view` knows of the subscribed topics."""
-        if self.user_assigned:
+        """Subscribed without a group: assign every partition `view` knows of the
+        subscribed topics (with a pattern, first the topics it matches)."""
+        if self.pattern is not None:
+            pattern = self.pattern
+            self.topics = frozenset(
+                t for t in view.topics if pattern.fullmatch(t) and not t.startswith("__")
+            )
+        if self.user_assigned or self.group_managed:
             return
         self.set_assignment(
             {
@@ -191,6 +203,7 @@ class SubscriptionState:
                 "subscribe() and assign() are mutually exclusive: this consumer has "
                 "partitions assigned with assign(); call unsubscribe() first"
             )
+        self.pattern = None
         self.topics = frozenset(topics)
 
     def assign(self, partitions: set[TopicPartition]) -> None:
@@ -202,8 +215,23 @@ class SubscriptionState:
         self.user_assigned = True
         self.set_assignment(partitions)
 
+    def subscribe_pattern(self, pattern: str) -> None:
+        if self.user_assigned:
+            raise IllegalStateError(
+                "subscribe() and assign() are mutually exclusive: this consumer has "
+                "partitions assigned with assign(); call unsubscribe() first"
+            )
+        if not isinstance(pattern, str) or not pattern:
+            raise KafkaConfigurationError(f"pattern must be a non-empty str, got {pattern!r}")
+        try:
+            self.pattern = re.compile(pattern)
+        except re.error as exc:
+            raise KafkaConfigurationError(f"pattern {pattern!r} is not a regex: {exc}") from None
+        self.topics = frozenset()
+
     def unsubscribe(self) -> None:
         self.topics = frozenset()
+        self.pattern = None
         self.user_assigned = False
         self.set_assignment(set())
 
@@ -220,7 +248,7 @@ class SubscriptionState:
         """The partitions a poll of `partitions` reads (None: every assigned one);
         `IllegalStateError` when nothing is subscribed nor assigned, or one of them
         is not assigned."""
-        if not self.topics and not self.user_assigned:
+        if not self.topics and not self.user_assigned and self.pattern is None:
             raise IllegalStateError(
                 "the consumer is not subscribed to any topic nor assigned any partition: "
                 "call subscribe() or assign() first"

@@ -4,6 +4,8 @@ yielded before any other call."""
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from types import TracebackType
@@ -13,6 +15,7 @@ from client.consumer import AsyncConsumer
 from client.consumer_config import PartitionArg, check_poll_args
 from client.delivery import RecordDelivery
 from client.errors import ConsumerStoppedError, check_config_keys
+from client.group import ConsumerRebalanceListener
 from client.loop_thread import LoopThread
 from client.records import ConsumerRecord, OffsetAndTimestamp, TopicPartition
 
@@ -79,10 +82,17 @@ class Consumer:
         self._iter_buffer = []
         self._iter_index = 0
 
-    def subscribe(self, topics: str | Iterable[str]) -> None:
+    def subscribe(
+        self,
+        topics: str | Iterable[str] = (),
+        pattern: str | None = None,
+        listener: ConsumerRebalanceListener | None = None,
+    ) -> None:
+        """See `AsyncConsumer.subscribe`; the listener is called on the consumer's own
+        thread (keep it short, and call no blocking method of this consumer from it)."""
         self._give_back()
         topic_list = [topics] if isinstance(topics, str) else list(topics)
-        self._call(lambda: self._inner.subscribe(topic_list))
+        self._call(lambda: self._inner.subscribe(topic_list, pattern=pattern, listener=listener))
 
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
         self._give_back()
@@ -160,6 +170,33 @@ class Consumer:
     def paused(self) -> set[TopicPartition]:
         result: set[TopicPartition] = self._call(self._inner.paused)
         return result
+
+    def commit(self, offsets: dict[TopicPartition, Any] | None = None) -> None:
+        """See `AsyncConsumer.commit` (records the iterator read ahead but has not
+        yielded yet are given back first, so they are not committed)."""
+        self._give_back()
+        self._thread.run(self._inner.commit(offsets))
+
+    def commit_async(
+        self,
+        offsets: dict[TopicPartition, Any] | None = None,
+        callback: Callable[[dict[TopicPartition, Any] | None, Any], object] | None = None,
+    ) -> concurrent.futures.Future[None]:
+        """`commit` without waiting: a future of its outcome; `callback(offsets,
+        None or the exception)` runs when it is known (kafka-python's signature)."""
+        self._give_back()
+        future = asyncio.run_coroutine_threadsafe(self._inner.commit(offsets), self._thread.loop)
+        if callback is not None:
+
+            def done(f: concurrent.futures.Future[None]) -> None:
+                callback(offsets, None if f.cancelled() else f.exception())
+
+            future.add_done_callback(done)
+        return future
+
+    def committed(self, partition: TopicPartition) -> int | None:
+        """See `AsyncConsumer.committed`."""
+        return self._thread.run(self._inner.committed(partition))
 
     def metrics(self) -> dict[str, dict[str, float]]:
         """See `AsyncConsumer.metrics`."""

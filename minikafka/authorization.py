@@ -26,10 +26,13 @@ TopicsOf = Callable[[Any], Iterable[str]]
 
 
 class Need(msgspec.Struct, frozen=True):
-    """`operation` on the cluster (`topics` None) or on each topic `topics(request)` names."""
+    """`operation` on the cluster (`topics` and `groups` None), or on each consumer group
+    `groups(request)` names and each topic `topics(request)` names (Kafka's OffsetCommit
+    needs READ on the group and on every topic it commits)."""
 
     operation: Operation
     topics: TopicsOf | None = None
+    groups: TopicsOf | None = None
 
 
 #: No ACL is needed (any authenticated caller).
@@ -54,6 +57,14 @@ def _names_field(request: Any) -> Iterable[str]:
 
 def _topic_field(request: Any) -> Iterable[str]:
     return {request.topic}
+
+
+def _group_field(request: Any) -> Iterable[str]:
+    return {request.group_id}
+
+
+def _group_ids_field(request: Any) -> Iterable[str]:
+    return set(request.group_ids)
 
 
 _CLUSTER_ACTION = Need(Operation.CLUSTER_ACTION)
@@ -82,6 +93,15 @@ METHOD_ACCESS: Final[dict[str, Need | None]] = {
     f"{_BROKER}CreateAcls": Need(Operation.ALTER),
     f"{_BROKER}DeleteAcls": Need(Operation.ALTER),
     f"{_BROKER}DescribeAcls": Need(Operation.DESCRIBE),
+    # Consumer groups, as Kafka authorizes them: the group, and the topics a commit or
+    # offset fetch names. ListGroups lists every group: DESCRIBE on the cluster.
+    f"{_BROKER}FindCoordinator": Need(Operation.DESCRIBE, groups=_group_ids_field),
+    f"{_BROKER}OffsetCommit": Need(Operation.READ, _partition_topics, _group_field),
+    f"{_BROKER}OffsetFetch": Need(Operation.DESCRIBE, _partition_topics, _group_field),
+    f"{_BROKER}ConsumerGroupHeartbeat": Need(Operation.READ, groups=_group_field),
+    f"{_BROKER}ListGroups": Need(Operation.DESCRIBE),
+    f"{_BROKER}DescribeGroups": Need(Operation.DESCRIBE, groups=_group_ids_field),
+    f"{_BROKER}DeleteGroups": Need(Operation.DELETE, groups=_group_ids_field),
     # Brokers among themselves and with the controller.
     "/minikafka.v1.ReplicaService/Fetch": _CLUSTER_ACTION,
     "/minikafka.v1.BrokerControlService/LeaderAndIsr": _CLUSTER_ACTION,
@@ -144,7 +164,7 @@ def refusal(
             resource_name=name,
         )
 
-    if need.topics is None:
+    if need.topics is None and need.groups is None:
         if allowed(ResourceType.CLUSTER, CLUSTER_NAME):
             return None
         return (
@@ -157,6 +177,18 @@ def refusal(
             grpc.StatusCode.PERMISSION_DENIED,
             f"{ErrorCode.TOPIC_AUTHORIZATION_FAILED.name}: {method} has no request to check",
         )
+    if need.groups is not None:
+        denied_groups = sorted(
+            group for group in need.groups(request) if not allowed(ResourceType.GROUP, group)
+        )
+        if denied_groups:
+            return (
+                grpc.StatusCode.PERMISSION_DENIED,
+                f"{ErrorCode.GROUP_AUTHORIZATION_FAILED.name}: {principal} may not "
+                f"{need.operation.value} group(s) {', '.join(denied_groups)} ({method})",
+            )
+    if need.topics is None:
+        return None
     denied = sorted(
         topic for topic in need.topics(request) if not allowed(ResourceType.TOPIC, topic)
     )

@@ -13,6 +13,7 @@ from minikafka import __version__
 from minikafka_cli.acls import acls
 from minikafka_cli.cluster import cluster, leader_election
 from minikafka_cli.common import CONTEXT_SETTINGS, MainGroup
+from minikafka_cli.groups import consumer_groups
 from minikafka_cli.logs import log
 from minikafka_cli.offsets import get_offsets
 from minikafka_cli.quorum import metadata_quorum
@@ -28,8 +29,8 @@ def main() -> None:
     """minikafka: a replicated log broker with Kafka's replication protocol, over gRPC.
 
     Start a local cluster with `minikafka dev`, then use the client commands (topic,
-    produce, consume, get-offsets, leader-election, cluster, metadata-quorum, timeline,
-    acls) with --bootstrap-server HOST:PORT.
+    produce, consume, get-offsets, consumer-groups, leader-election, cluster,
+    metadata-quorum, timeline, acls) with --bootstrap-server HOST:PORT.
     """
 
 
@@ -46,5 +47,5 @@ for command in (
     metadata_quorum,
 ):
     main.add_command(command)
-for command in (get_offsets, timeline, acls):
+for command in (get_offsets, timeline, acls, consumer_groups):
     main.add_command(command)

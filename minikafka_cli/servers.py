@@ -186,6 +186,49 @@ def broker_limit_options(func: F) -> F:
     return func
 
 
+def group_options(func: F) -> F:
+    """Consumer-group settings: the internal topic __consumer_offsets (Kafka's names)."""
+    from broker.config import BrokerConfig
+
+    defaults = BrokerConfig(broker_id=0, listen="", data_dir="")
+    for flag, text in reversed(
+        [
+            (
+                "--offsets-topic-num-partitions",
+                "Partitions of __consumer_offsets when this broker creates it (first use); "
+                "a group's coordinator is the leader of partition "
+                "abs(java-hash(group)) % partitions.",
+            ),
+            (
+                "--offsets-topic-replication-factor",
+                "Replication factor of __consumer_offsets, capped at the live brokers "
+                "(min.insync.replicas 2 from 3 replicas).",
+            ),
+            (
+                "--offsets-commit-timeout-ms",
+                "How long an offset commit waits for its record to be replicated.",
+            ),
+            (
+                "--group-consumer-session-timeout-ms",
+                "A group member that sends no heartbeat for this long is fenced and its "
+                "partitions reassigned (a member may ask for its own, within 1 s .. 30 min).",
+            ),
+            (
+                "--group-consumer-heartbeat-interval-ms",
+                "How often group members are told to heartbeat.",
+            ),
+        ]
+    ):
+        func = opt(
+            flag,
+            type=click.IntRange(min=1),
+            default=getattr(defaults, flag[2:].replace("-", "_")),
+            show_default=True,
+            help=text,
+        )(func)
+    return func
+
+
 @click.command(context_settings=CONTEXT_SETTINGS)
 @config_file_option
 @opt("--id", "broker_id", type=click.IntRange(min=0), required=True, help="Broker id (>= 0).")
@@ -258,6 +301,7 @@ def broker_limit_options(func: F) -> F:
 @topic_limit_options
 @broker_limit_options
 @tls_options
+@group_options
 @opt("--log-level", type=LOG_LEVELS, default="INFO", show_default=True)
 @click.option("--unsafe-test-hw-is-leo", is_flag=True, hidden=True)
 @click.option("--unsafe-test-boot-id", default=None, hidden=True)

@@ -18,6 +18,9 @@ from typing import Final, Protocol
 import grpc
 import msgspec
 
+from broker.group.coordinator import GroupCoordinator, Refusal
+from broker.group.model import HeartbeatRequest, HeartbeatResult, TopicPartition, group_state
+from broker.group.offsets import OffsetRecord
 from broker.metadata_cache import MetadataCache
 from broker.replica.manager import (
     FetchItem,
@@ -45,6 +48,8 @@ MAX_WAIT_MS_MAX = 60_000
 REQUEST_TIMEOUT_MS_MAX = 300_000
 #: Partitions one fetch may ask for (each costs response framing).
 FETCH_PARTITIONS_MAX: Final = 10_000
+#: Bytes of metadata one committed offset may carry (Kafka's offset.metadata.max.bytes).
+OFFSET_METADATA_BYTES_MAX: Final = 4096
 #: Error messages in responses are cut to this many characters (bounded framing).
 ERROR_MESSAGE_CHARS_MAX: Final = 1000
 #: Upper bound of one partition's framing in a FetchResponse, besides its topic name and
@@ -193,7 +198,9 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         external: bool = False,
         response_budget: ResponseBudget | None = None,
         message_limit_bytes: int = GRPC_MESSAGE_BYTES_MAX,
+        coordinator: GroupCoordinator | None = None,
     ) -> None:
+        self._coordinator = coordinator
         self._replicas = replicas
         self._metadata = metadata
         self._external = external
@@ -377,6 +384,263 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
                     elr=info.elr,
                     last_known_elr=info.last_known_elr,
                 )
+        return response
+
+    # ---- consumer groups -------------------------------------------------------------
+
+    def _group_coordinator(self) -> GroupCoordinator | Refusal:
+        if self._coordinator is None:
+            return Refusal(ErrorCode.COORDINATOR_NOT_AVAILABLE, "this broker has no coordinator")
+        return self._coordinator
+
+    async def FindCoordinator(
+        self,
+        request: broker_pb2.FindCoordinatorRequest,
+        context: grpc.aio.ServicerContext[
+            broker_pb2.FindCoordinatorRequest, broker_pb2.FindCoordinatorResponse
+        ],
+    ) -> broker_pb2.FindCoordinatorResponse:
+        response = broker_pb2.FindCoordinatorResponse()
+        coordinator = self._group_coordinator()
+        for group_id in request.group_ids:
+            entry = response.coordinators.add(group_id=group_id, node_id=-1, partition=-1)
+            if not group_id:
+                entry.error_code = int(ErrorCode.INVALID_GROUP_ID)
+                entry.error_message = "group id must not be empty"
+                continue
+            if isinstance(coordinator, Refusal):
+                entry.error_code, entry.error_message = int(coordinator.code), coordinator.message
+                continue
+            answer = await coordinator.find_coordinator(group_id)
+            entry.partition = answer.partition
+            if answer.error is not None:
+                entry.error_code = int(answer.error.code)
+                entry.error_message = answer.error.message
+                continue
+            entry.node_id = answer.node_id
+            endpoint = self._metadata.brokers[answer.node_id]
+            entry.host, entry.port = endpoint.address(external=self._external)
+        return response
+
+    async def OffsetCommit(
+        self,
+        request: broker_pb2.OffsetCommitRequest,
+        context: grpc.aio.ServicerContext[
+            broker_pb2.OffsetCommitRequest, broker_pb2.OffsetCommitResponse
+        ],
+    ) -> broker_pb2.OffsetCommitResponse:
+        if request.timeout_ms < 0 or request.timeout_ms > REQUEST_TIMEOUT_MS_MAX:
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"timeout_ms must be in [0, {REQUEST_TIMEOUT_MS_MAX}], got {request.timeout_ms}",
+            )
+        long = next(
+            (p for p in request.partitions if len(p.metadata.encode()) > OFFSET_METADATA_BYTES_MAX),
+            None,
+        )
+        if long is not None:
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"the metadata of {long.topic}-{long.partition} is longer than "
+                f"{OFFSET_METADATA_BYTES_MAX} bytes (Kafka's offset.metadata.max.bytes)",
+            )
+        bad = next((p for p in request.partitions if p.offset < 0 or p.partition < 0), None)
+        if bad is not None:
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"offset and partition must be >= 0, got offset {bad.offset} for "
+                f"{bad.topic}-{bad.partition}",
+            )
+        refusal: Refusal | None
+        coordinator = self._group_coordinator()
+        if not request.group_id:
+            refusal = Refusal(ErrorCode.INVALID_GROUP_ID, "group id must not be empty")
+        elif isinstance(coordinator, Refusal):
+            refusal = coordinator
+        else:
+            refusal = await coordinator.commit(
+                request.group_id,
+                member_id=request.member_id,
+                member_epoch=request.member_epoch,
+                offsets=[
+                    (
+                        TopicPartition(p.topic, p.partition),
+                        OffsetRecord(
+                            offset=p.offset, leader_epoch=p.leader_epoch, metadata=p.metadata
+                        ),
+                    )
+                    for p in request.partitions
+                ],
+                timeout_ms=request.timeout_ms,
+            )
+        response = broker_pb2.OffsetCommitResponse()
+        code, message = (ErrorCode.NONE, "") if refusal is None else (refusal.code, refusal.message)
+        response.error_code, response.error_message = int(code), message
+        for p in request.partitions:
+            response.partitions.add(
+                topic=p.topic, partition=p.partition, error_code=int(code), error_message=message
+            )
+        return response
+
+    async def OffsetFetch(
+        self,
+        request: broker_pb2.OffsetFetchRequest,
+        context: grpc.aio.ServicerContext[
+            broker_pb2.OffsetFetchRequest, broker_pb2.OffsetFetchResponse
+        ],
+    ) -> broker_pb2.OffsetFetchResponse:
+        response = broker_pb2.OffsetFetchResponse()
+        coordinator = self._group_coordinator()
+        if not request.group_id:
+            answer: dict[TopicPartition, OffsetRecord | None] | Refusal = Refusal(
+                ErrorCode.INVALID_GROUP_ID, "group id must not be empty"
+            )
+        elif isinstance(coordinator, Refusal):
+            answer = coordinator
+        else:
+            answer = coordinator.fetch(
+                request.group_id,
+                member_id=request.member_id,
+                member_epoch=request.member_epoch,
+                partitions=[TopicPartition(p.topic, p.partition) for p in request.partitions]
+                or None,
+            )
+        if isinstance(answer, Refusal):
+            response.error_code, response.error_message = int(answer.code), answer.message
+            return response
+        for tp, record in answer.items():
+            response.partitions.add(
+                topic=tp.topic,
+                partition=tp.partition,
+                offset=-1 if record is None else record.offset,
+                leader_epoch=-1 if record is None else record.leader_epoch,
+                metadata="" if record is None else record.metadata,
+            )
+        return response
+
+    async def ConsumerGroupHeartbeat(
+        self,
+        request: broker_pb2.ConsumerGroupHeartbeatRequest,
+        context: grpc.aio.ServicerContext[
+            broker_pb2.ConsumerGroupHeartbeatRequest, broker_pb2.ConsumerGroupHeartbeatResponse
+        ],
+    ) -> broker_pb2.ConsumerGroupHeartbeatResponse:
+        coordinator = self._group_coordinator()
+        if not request.group_id:
+            result = HeartbeatResult(
+                error=int(ErrorCode.INVALID_GROUP_ID), message="group id must not be empty"
+            )
+        elif isinstance(coordinator, Refusal):
+            result = HeartbeatResult(error=int(coordinator.code), message=coordinator.message)
+        else:
+            result = await coordinator.heartbeat(
+                request.group_id,
+                HeartbeatRequest(
+                    member_id=request.member_id,
+                    member_epoch=request.member_epoch,
+                    instance_id=request.instance_id or None,
+                    client_id=request.client_id,
+                    client_host=context.peer(),
+                    subscribed_topics=frozenset(request.subscribed_topics.topics)
+                    if request.HasField("subscribed_topics")
+                    else None,
+                    owned=frozenset(
+                        TopicPartition(p.topic, p.partition) for p in request.owned.partitions
+                    )
+                    if request.HasField("owned")
+                    else None,
+                    server_assignor=request.server_assignor or None,
+                    session_timeout_ms=request.session_timeout_ms or None,
+                    rebalance_timeout_ms=request.rebalance_timeout_ms or None,
+                ),
+            )
+        response = broker_pb2.ConsumerGroupHeartbeatResponse(
+            error_code=result.error,
+            error_message=result.message,
+            member_id=result.member_id,
+            member_epoch=result.member_epoch,
+            heartbeat_interval_ms=result.heartbeat_interval_ms,
+        )
+        if result.assignment is not None:
+            response.assignment.SetInParent()
+            for tp in sorted(result.assignment):
+                response.assignment.partitions.add(topic=tp.topic, partition=tp.partition)
+        return response
+
+    async def ListGroups(
+        self,
+        request: broker_pb2.ListGroupsRequest,
+        context: grpc.aio.ServicerContext[
+            broker_pb2.ListGroupsRequest, broker_pb2.ListGroupsResponse
+        ],
+    ) -> broker_pb2.ListGroupsResponse:
+        coordinator = self._group_coordinator()
+        listed = coordinator if isinstance(coordinator, Refusal) else coordinator.list_groups()
+        response = broker_pb2.ListGroupsResponse()
+        if isinstance(listed, Refusal):
+            response.error_code, response.error_message = int(listed.code), listed.message
+            return response
+        for group_id, state, members in listed:
+            response.groups.add(group_id=group_id, state=state.value, members=members)
+        return response
+
+    async def DescribeGroups(
+        self,
+        request: broker_pb2.DescribeGroupsRequest,
+        context: grpc.aio.ServicerContext[
+            broker_pb2.DescribeGroupsRequest, broker_pb2.DescribeGroupsResponse
+        ],
+    ) -> broker_pb2.DescribeGroupsResponse:
+        coordinator = self._group_coordinator()
+        response = broker_pb2.DescribeGroupsResponse()
+        for group_id in request.group_ids:
+            entry = response.groups.add(group_id=group_id)
+            found = (
+                coordinator
+                if isinstance(coordinator, Refusal)
+                else coordinator.describe_group(group_id)
+            )
+            if isinstance(found, Refusal):
+                entry.error_code, entry.error_message = int(found.code), found.message
+                continue
+            entry.state = group_state(found).value
+            entry.group_epoch = found.group_epoch
+            entry.assignor = found.assignor
+            for member in sorted(found.members.values(), key=lambda m: m.member_id):
+                described = entry.members.add(
+                    member_id=member.member_id,
+                    instance_id=member.instance_id or "",
+                    client_id=member.client_id,
+                    client_host=member.client_host,
+                    member_epoch=member.member_epoch,
+                )
+                for tp in sorted(member.assigned):
+                    described.assignment.add(topic=tp.topic, partition=tp.partition)
+        return response
+
+    async def DeleteGroups(
+        self,
+        request: broker_pb2.DeleteGroupsRequest,
+        context: grpc.aio.ServicerContext[
+            broker_pb2.DeleteGroupsRequest, broker_pb2.DeleteGroupsResponse
+        ],
+    ) -> broker_pb2.DeleteGroupsResponse:
+        if request.timeout_ms < 0 or request.timeout_ms > REQUEST_TIMEOUT_MS_MAX:
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"timeout_ms must be in [0, {REQUEST_TIMEOUT_MS_MAX}], got {request.timeout_ms}",
+            )
+        coordinator = self._group_coordinator()
+        response = broker_pb2.DeleteGroupsResponse()
+        for group_id in request.group_ids:
+            refusal = (
+                coordinator
+                if isinstance(coordinator, Refusal)
+                else await coordinator.delete_group(group_id, timeout_ms=request.timeout_ms)
+            )
+            entry = response.results.add(group_id=group_id)
+            if refusal is not None:
+                entry.error_code, entry.error_message = int(refusal.code), refusal.message
         return response
 
     # ---- admin, forwarded ---------------------------------------------------------

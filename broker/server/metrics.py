@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from broker.group.coordinator import GroupSnapshot
 from broker.log.quarantine import Quarantine
 from minikafka.metrics_http import add_process_metrics
 from minikafka.record_batch import iter_batches
@@ -89,6 +90,42 @@ class _PartitionCollector(Collector):
         )
         yield GaugeMetricFamily(
             "minikafka_leader_partitions", "Partitions this broker leads", value=leaders
+        )
+
+
+class _GroupCollector(Collector):
+    """Consumer groups this broker coordinates (read from the coordinator at scrape time)."""
+
+    def __init__(self, snapshot: Callable[[], GroupSnapshot]) -> None:
+        self._snapshot = snapshot
+
+    def collect(self) -> Iterator[Metric]:
+        snapshot = self._snapshot()
+        members = GaugeMetricFamily(
+            "minikafka_group_members",
+            "Members of a group this broker coordinates",
+            labels=["group"],
+        )
+        lag = GaugeMetricFamily(
+            "minikafka_group_lag_offsets",
+            "High watermark of the local replica minus the group's committed offset",
+            labels=["group", "topic", "partition"],
+        )
+        for row in snapshot.groups:
+            members.add_metric([row.group_id], row.members)
+            for (topic, partition), behind in sorted(row.lag.items()):
+                lag.add_metric([row.group_id, topic, str(partition)], behind)
+        yield GaugeMetricFamily(
+            "minikafka_group_count",
+            "Groups this broker coordinates (with members or committed offsets)",
+            value=len(snapshot.groups),
+        )
+        yield members
+        yield lag
+        yield CounterMetricFamily(
+            "minikafka_group_rebalances",
+            "Target assignments computed by this broker's coordinator (group epoch bumps)",
+            value=snapshot.rebalances,
         )
 
 
@@ -192,6 +229,9 @@ class BrokerMetrics:
             count += header.record_count
         self.topic_bytes_in.labels(topic=topic).inc(len(records))
         self.topic_messages_in.labels(topic=topic).inc(count)
+
+    def watch_groups(self, snapshot: Callable[[], GroupSnapshot]) -> None:
+        self.registry.register(_GroupCollector(snapshot))
 
     def watch_partitions(self, source: PartitionGaugeSource) -> None:
         self.registry.register(_PartitionCollector(source))

@@ -116,6 +116,41 @@ class BrokerServiceStub:
                 request_serializer=minikafka_dot_v1_dot_controller__pb2.DescribeAclsRequest.SerializeToString,
                 response_deserializer=minikafka_dot_v1_dot_controller__pb2.DescribeAclsResponse.FromString,
                 _registered_method=True)
+        self.FindCoordinator = channel.unary_unary(
+                '/minikafka.v1.BrokerService/FindCoordinator',
+                request_serializer=minikafka_dot_v1_dot_broker__pb2.FindCoordinatorRequest.SerializeToString,
+                response_deserializer=minikafka_dot_v1_dot_broker__pb2.FindCoordinatorResponse.FromString,
+                _registered_method=True)
+        self.OffsetCommit = channel.unary_unary(
+                '/minikafka.v1.BrokerService/OffsetCommit',
+                request_serializer=minikafka_dot_v1_dot_broker__pb2.OffsetCommitRequest.SerializeToString,
+                response_deserializer=minikafka_dot_v1_dot_broker__pb2.OffsetCommitResponse.FromString,
+                _registered_method=True)
+        self.OffsetFetch = channel.unary_unary(
+                '/minikafka.v1.BrokerService/OffsetFetch',
+                request_serializer=minikafka_dot_v1_dot_broker__pb2.OffsetFetchRequest.SerializeToString,
+                response_deserializer=minikafka_dot_v1_dot_broker__pb2.OffsetFetchResponse.FromString,
+                _registered_method=True)
+        self.ConsumerGroupHeartbeat = channel.unary_unary(
+                '/minikafka.v1.BrokerService/ConsumerGroupHeartbeat',
+                request_serializer=minikafka_dot_v1_dot_broker__pb2.ConsumerGroupHeartbeatRequest.SerializeToString,
+                response_deserializer=minikafka_dot_v1_dot_broker__pb2.ConsumerGroupHeartbeatResponse.FromString,
+                _registered_method=True)
+        self.ListGroups = channel.unary_unary(
+                '/minikafka.v1.BrokerService/ListGroups',
+                request_serializer=minikafka_dot_v1_dot_broker__pb2.ListGroupsRequest.SerializeToString,
+                response_deserializer=minikafka_dot_v1_dot_broker__pb2.ListGroupsResponse.FromString,
+                _registered_method=True)
+        self.DescribeGroups = channel.unary_unary(
+                '/minikafka.v1.BrokerService/DescribeGroups',
+                request_serializer=minikafka_dot_v1_dot_broker__pb2.DescribeGroupsRequest.SerializeToString,
+                response_deserializer=minikafka_dot_v1_dot_broker__pb2.DescribeGroupsResponse.FromString,
+                _registered_method=True)
+        self.DeleteGroups = channel.unary_unary(
+                '/minikafka.v1.BrokerService/DeleteGroups',
+                request_serializer=minikafka_dot_v1_dot_broker__pb2.DeleteGroupsRequest.SerializeToString,
+                response_deserializer=minikafka_dot_v1_dot_broker__pb2.DeleteGroupsResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServiceServicer:
@@ -220,6 +255,53 @@ class BrokerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def FindCoordinator(self, request, context):
+        """Consumer groups. A group's coordinator is the leader of its partition of the internal
+        topic __consumer_offsets (created on first use); commits are records of that topic.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def OffsetCommit(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def OffsetFetch(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ConsumerGroupHeartbeat(self, request, context):
+        """KIP-848 membership: the coordinator assigns, members heartbeat.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListGroups(self, request, context):
+        """Group admin (consumer-groups tool): ListGroups answers for the groups this broker
+        coordinates (a client asks every broker); the others go to the group's coordinator.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeGroups(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteGroups(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -302,6 +384,41 @@ def add_BrokerServiceServicer_to_server(servicer, server):
                     servicer.DescribeAcls,
                     request_deserializer=minikafka_dot_v1_dot_controller__pb2.DescribeAclsRequest.FromString,
                     response_serializer=minikafka_dot_v1_dot_controller__pb2.DescribeAclsResponse.SerializeToString,
+            ),
+            'FindCoordinator': grpc.unary_unary_rpc_method_handler(
+                    servicer.FindCoordinator,
+                    request_deserializer=minikafka_dot_v1_dot_broker__pb2.FindCoordinatorRequest.FromString,
+                    response_serializer=minikafka_dot_v1_dot_broker__pb2.FindCoordinatorResponse.SerializeToString,
+            ),
+            'OffsetCommit': grpc.unary_unary_rpc_method_handler(
+                    servicer.OffsetCommit,
+                    request_deserializer=minikafka_dot_v1_dot_broker__pb2.OffsetCommitRequest.FromString,
+                    response_serializer=minikafka_dot_v1_dot_broker__pb2.OffsetCommitResponse.SerializeToString,
+            ),
+            'OffsetFetch': grpc.unary_unary_rpc_method_handler(
+                    servicer.OffsetFetch,
+                    request_deserializer=minikafka_dot_v1_dot_broker__pb2.OffsetFetchRequest.FromString,
+                    response_serializer=minikafka_dot_v1_dot_broker__pb2.OffsetFetchResponse.SerializeToString,
+            ),
+            'ConsumerGroupHeartbeat': grpc.unary_unary_rpc_method_handler(
+                    servicer.ConsumerGroupHeartbeat,
+                    request_deserializer=minikafka_dot_v1_dot_broker__pb2.ConsumerGroupHeartbeatRequest.FromString,
+                    response_serializer=minikafka_dot_v1_dot_broker__pb2.ConsumerGroupHeartbeatResponse.SerializeToString,
+            ),
+            'ListGroups': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListGroups,
+                    request_deserializer=minikafka_dot_v1_dot_broker__pb2.ListGroupsRequest.FromString,
+                    response_serializer=minikafka_dot_v1_dot_broker__pb2.ListGroupsResponse.SerializeToString,
+            ),
+            'DescribeGroups': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeGroups,
+                    request_deserializer=minikafka_dot_v1_dot_broker__pb2.DescribeGroupsRequest.FromString,
+                    response_serializer=minikafka_dot_v1_dot_broker__pb2.DescribeGroupsResponse.SerializeToString,
+            ),
+            'DeleteGroups': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteGroups,
+                    request_deserializer=minikafka_dot_v1_dot_broker__pb2.DeleteGroupsRequest.FromString,
+                    response_serializer=minikafka_dot_v1_dot_broker__pb2.DeleteGroupsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -736,6 +853,195 @@ class BrokerService:
             '/minikafka.v1.BrokerService/DescribeAcls',
             minikafka_dot_v1_dot_controller__pb2.DescribeAclsRequest.SerializeToString,
             minikafka_dot_v1_dot_controller__pb2.DescribeAclsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FindCoordinator(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/minikafka.v1.BrokerService/FindCoordinator',
+            minikafka_dot_v1_dot_broker__pb2.FindCoordinatorRequest.SerializeToString,
+            minikafka_dot_v1_dot_broker__pb2.FindCoordinatorResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def OffsetCommit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/minikafka.v1.BrokerService/OffsetCommit',
+            minikafka_dot_v1_dot_broker__pb2.OffsetCommitRequest.SerializeToString,
+            minikafka_dot_v1_dot_broker__pb2.OffsetCommitResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def OffsetFetch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/minikafka.v1.BrokerService/OffsetFetch',
+            minikafka_dot_v1_dot_broker__pb2.OffsetFetchRequest.SerializeToString,
+            minikafka_dot_v1_dot_broker__pb2.OffsetFetchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ConsumerGroupHeartbeat(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/minikafka.v1.BrokerService/ConsumerGroupHeartbeat',
+            minikafka_dot_v1_dot_broker__pb2.ConsumerGroupHeartbeatRequest.SerializeToString,
+            minikafka_dot_v1_dot_broker__pb2.ConsumerGroupHeartbeatResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListGroups(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/minikafka.v1.BrokerService/ListGroups',
+            minikafka_dot_v1_dot_broker__pb2.ListGroupsRequest.SerializeToString,
+            minikafka_dot_v1_dot_broker__pb2.ListGroupsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeGroups(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/minikafka.v1.BrokerService/DescribeGroups',
+            minikafka_dot_v1_dot_broker__pb2.DescribeGroupsRequest.SerializeToString,
+            minikafka_dot_v1_dot_broker__pb2.DescribeGroupsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteGroups(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/minikafka.v1.BrokerService/DeleteGroups',
+            minikafka_dot_v1_dot_broker__pb2.DeleteGroupsRequest.SerializeToString,
+            minikafka_dot_v1_dot_broker__pb2.DeleteGroupsResponse.FromString,
             options,
             channel_credentials,
             insecure,

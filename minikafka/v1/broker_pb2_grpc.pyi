@@ -56,6 +56,20 @@ class BrokerServiceStub:
     """ACLs, forwarded to the active controller."""
     DeleteAcls: _grpc.UnaryUnaryMultiCallable[_controller_pb2.DeleteAclsRequest, _controller_pb2.DeleteAclsResponse]
     DescribeAcls: _grpc.UnaryUnaryMultiCallable[_controller_pb2.DescribeAclsRequest, _controller_pb2.DescribeAclsResponse]
+    FindCoordinator: _grpc.UnaryUnaryMultiCallable[_broker_pb2.FindCoordinatorRequest, _broker_pb2.FindCoordinatorResponse]
+    """Consumer groups. A group's coordinator is the leader of its partition of the internal
+    topic __consumer_offsets (created on first use); commits are records of that topic.
+    """
+    OffsetCommit: _grpc.UnaryUnaryMultiCallable[_broker_pb2.OffsetCommitRequest, _broker_pb2.OffsetCommitResponse]
+    OffsetFetch: _grpc.UnaryUnaryMultiCallable[_broker_pb2.OffsetFetchRequest, _broker_pb2.OffsetFetchResponse]
+    ConsumerGroupHeartbeat: _grpc.UnaryUnaryMultiCallable[_broker_pb2.ConsumerGroupHeartbeatRequest, _broker_pb2.ConsumerGroupHeartbeatResponse]
+    """KIP-848 membership: the coordinator assigns, members heartbeat."""
+    ListGroups: _grpc.UnaryUnaryMultiCallable[_broker_pb2.ListGroupsRequest, _broker_pb2.ListGroupsResponse]
+    """Group admin (consumer-groups tool): ListGroups answers for the groups this broker
+    coordinates (a client asks every broker); the others go to the group's coordinator.
+    """
+    DescribeGroups: _grpc.UnaryUnaryMultiCallable[_broker_pb2.DescribeGroupsRequest, _broker_pb2.DescribeGroupsResponse]
+    DeleteGroups: _grpc.UnaryUnaryMultiCallable[_broker_pb2.DeleteGroupsRequest, _broker_pb2.DeleteGroupsResponse]
 
 @_typing.type_check_only
 class BrokerServiceAsyncStub(BrokerServiceStub):
@@ -79,6 +93,20 @@ class BrokerServiceAsyncStub(BrokerServiceStub):
     """ACLs, forwarded to the active controller."""
     DeleteAcls: _aio.UnaryUnaryMultiCallable[_controller_pb2.DeleteAclsRequest, _controller_pb2.DeleteAclsResponse]  # type: ignore[assignment]
     DescribeAcls: _aio.UnaryUnaryMultiCallable[_controller_pb2.DescribeAclsRequest, _controller_pb2.DescribeAclsResponse]  # type: ignore[assignment]
+    FindCoordinator: _aio.UnaryUnaryMultiCallable[_broker_pb2.FindCoordinatorRequest, _broker_pb2.FindCoordinatorResponse]  # type: ignore[assignment]
+    """Consumer groups. A group's coordinator is the leader of its partition of the internal
+    topic __consumer_offsets (created on first use); commits are records of that topic.
+    """
+    OffsetCommit: _aio.UnaryUnaryMultiCallable[_broker_pb2.OffsetCommitRequest, _broker_pb2.OffsetCommitResponse]  # type: ignore[assignment]
+    OffsetFetch: _aio.UnaryUnaryMultiCallable[_broker_pb2.OffsetFetchRequest, _broker_pb2.OffsetFetchResponse]  # type: ignore[assignment]
+    ConsumerGroupHeartbeat: _aio.UnaryUnaryMultiCallable[_broker_pb2.ConsumerGroupHeartbeatRequest, _broker_pb2.ConsumerGroupHeartbeatResponse]  # type: ignore[assignment]
+    """KIP-848 membership: the coordinator assigns, members heartbeat."""
+    ListGroups: _aio.UnaryUnaryMultiCallable[_broker_pb2.ListGroupsRequest, _broker_pb2.ListGroupsResponse]  # type: ignore[assignment]
+    """Group admin (consumer-groups tool): ListGroups answers for the groups this broker
+    coordinates (a client asks every broker); the others go to the group's coordinator.
+    """
+    DescribeGroups: _aio.UnaryUnaryMultiCallable[_broker_pb2.DescribeGroupsRequest, _broker_pb2.DescribeGroupsResponse]  # type: ignore[assignment]
+    DeleteGroups: _aio.UnaryUnaryMultiCallable[_broker_pb2.DeleteGroupsRequest, _broker_pb2.DeleteGroupsResponse]  # type: ignore[assignment]
 
 class BrokerServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -195,6 +223,62 @@ class BrokerServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _controller_pb2.DescribeAclsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_controller_pb2.DescribeAclsResponse, _abc.Awaitable[_controller_pb2.DescribeAclsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def FindCoordinator(
+        self,
+        request: _broker_pb2.FindCoordinatorRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_broker_pb2.FindCoordinatorResponse, _abc.Awaitable[_broker_pb2.FindCoordinatorResponse]]:
+        """Consumer groups. A group's coordinator is the leader of its partition of the internal
+        topic __consumer_offsets (created on first use); commits are records of that topic.
+        """
+
+    @_abc_1.abstractmethod
+    def OffsetCommit(
+        self,
+        request: _broker_pb2.OffsetCommitRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_broker_pb2.OffsetCommitResponse, _abc.Awaitable[_broker_pb2.OffsetCommitResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def OffsetFetch(
+        self,
+        request: _broker_pb2.OffsetFetchRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_broker_pb2.OffsetFetchResponse, _abc.Awaitable[_broker_pb2.OffsetFetchResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def ConsumerGroupHeartbeat(
+        self,
+        request: _broker_pb2.ConsumerGroupHeartbeatRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_broker_pb2.ConsumerGroupHeartbeatResponse, _abc.Awaitable[_broker_pb2.ConsumerGroupHeartbeatResponse]]:
+        """KIP-848 membership: the coordinator assigns, members heartbeat."""
+
+    @_abc_1.abstractmethod
+    def ListGroups(
+        self,
+        request: _broker_pb2.ListGroupsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_broker_pb2.ListGroupsResponse, _abc.Awaitable[_broker_pb2.ListGroupsResponse]]:
+        """Group admin (consumer-groups tool): ListGroups answers for the groups this broker
+        coordinates (a client asks every broker); the others go to the group's coordinator.
+        """
+
+    @_abc_1.abstractmethod
+    def DescribeGroups(
+        self,
+        request: _broker_pb2.DescribeGroupsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_broker_pb2.DescribeGroupsResponse, _abc.Awaitable[_broker_pb2.DescribeGroupsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def DeleteGroups(
+        self,
+        request: _broker_pb2.DeleteGroupsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_broker_pb2.DeleteGroupsResponse, _abc.Awaitable[_broker_pb2.DeleteGroupsResponse]]: ...
 
 def add_BrokerServiceServicer_to_server(servicer: BrokerServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 

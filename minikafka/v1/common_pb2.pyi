@@ -42,12 +42,18 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     REPLICA_NOT_AVAILABLE: _ErrorCode.ValueType  # 9
     MESSAGE_TOO_LARGE: _ErrorCode.ValueType  # 10
     STALE_CONTROLLER_EPOCH: _ErrorCode.ValueType  # 11
+    COORDINATOR_LOAD_IN_PROGRESS: _ErrorCode.ValueType  # 14
+    COORDINATOR_NOT_AVAILABLE: _ErrorCode.ValueType  # 15
+    NOT_COORDINATOR: _ErrorCode.ValueType  # 16
     NETWORK_EXCEPTION: _ErrorCode.ValueType  # 13
     INVALID_TOPIC_EXCEPTION: _ErrorCode.ValueType  # 17
     RECORD_LIST_TOO_LARGE: _ErrorCode.ValueType  # 18
     NOT_ENOUGH_REPLICAS: _ErrorCode.ValueType  # 19
     NOT_ENOUGH_REPLICAS_AFTER_APPEND: _ErrorCode.ValueType  # 20
     INVALID_REQUIRED_ACKS: _ErrorCode.ValueType  # 21
+    INVALID_GROUP_ID: _ErrorCode.ValueType  # 24
+    UNKNOWN_MEMBER_ID: _ErrorCode.ValueType  # 25
+    INVALID_SESSION_TIMEOUT: _ErrorCode.ValueType  # 26
     TOPIC_AUTHORIZATION_FAILED: _ErrorCode.ValueType  # 29
     GROUP_AUTHORIZATION_FAILED: _ErrorCode.ValueType  # 30
     CLUSTER_AUTHORIZATION_FAILED: _ErrorCode.ValueType  # 31
@@ -66,12 +72,15 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     INVALID_PRODUCER_EPOCH: _ErrorCode.ValueType  # 47
     KAFKA_STORAGE_ERROR: _ErrorCode.ValueType  # 56
     UNKNOWN_PRODUCER_ID: _ErrorCode.ValueType  # 59
+    NON_EMPTY_GROUP: _ErrorCode.ValueType  # 68
+    GROUP_ID_NOT_FOUND: _ErrorCode.ValueType  # 69
     FENCED_LEADER_EPOCH: _ErrorCode.ValueType  # 74
     UNKNOWN_LEADER_EPOCH: _ErrorCode.ValueType  # 75
     UNSUPPORTED_COMPRESSION_TYPE: _ErrorCode.ValueType  # 76
     STALE_BROKER_EPOCH: _ErrorCode.ValueType  # 77
     OFFSET_NOT_AVAILABLE: _ErrorCode.ValueType  # 78
     PREFERRED_LEADER_NOT_AVAILABLE: _ErrorCode.ValueType  # 80
+    GROUP_MAX_SIZE_REACHED: _ErrorCode.ValueType  # 81
     ELIGIBLE_LEADERS_NOT_AVAILABLE: _ErrorCode.ValueType  # 83
     ELECTION_NOT_NEEDED: _ErrorCode.ValueType  # 84
     INVALID_RECORD: _ErrorCode.ValueType  # 87
@@ -79,6 +88,10 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     DUPLICATE_BROKER_REGISTRATION: _ErrorCode.ValueType  # 101
     BROKER_ID_NOT_REGISTERED: _ErrorCode.ValueType  # 102
     INELIGIBLE_REPLICA: _ErrorCode.ValueType  # 107
+    FENCED_MEMBER_EPOCH: _ErrorCode.ValueType  # 110
+    UNRELEASED_INSTANCE_ID: _ErrorCode.ValueType  # 111
+    UNSUPPORTED_ASSIGNOR: _ErrorCode.ValueType  # 112
+    STALE_MEMBER_EPOCH: _ErrorCode.ValueType  # 113
 
 class ErrorCode(_ErrorCode, metaclass=_ErrorCodeEnumTypeWrapper): ...
 
@@ -95,12 +108,18 @@ BROKER_NOT_AVAILABLE: ErrorCode.ValueType  # 8
 REPLICA_NOT_AVAILABLE: ErrorCode.ValueType  # 9
 MESSAGE_TOO_LARGE: ErrorCode.ValueType  # 10
 STALE_CONTROLLER_EPOCH: ErrorCode.ValueType  # 11
+COORDINATOR_LOAD_IN_PROGRESS: ErrorCode.ValueType  # 14
+COORDINATOR_NOT_AVAILABLE: ErrorCode.ValueType  # 15
+NOT_COORDINATOR: ErrorCode.ValueType  # 16
 NETWORK_EXCEPTION: ErrorCode.ValueType  # 13
 INVALID_TOPIC_EXCEPTION: ErrorCode.ValueType  # 17
 RECORD_LIST_TOO_LARGE: ErrorCode.ValueType  # 18
 NOT_ENOUGH_REPLICAS: ErrorCode.ValueType  # 19
 NOT_ENOUGH_REPLICAS_AFTER_APPEND: ErrorCode.ValueType  # 20
 INVALID_REQUIRED_ACKS: ErrorCode.ValueType  # 21
+INVALID_GROUP_ID: ErrorCode.ValueType  # 24
+UNKNOWN_MEMBER_ID: ErrorCode.ValueType  # 25
+INVALID_SESSION_TIMEOUT: ErrorCode.ValueType  # 26
 TOPIC_AUTHORIZATION_FAILED: ErrorCode.ValueType  # 29
 GROUP_AUTHORIZATION_FAILED: ErrorCode.ValueType  # 30
 CLUSTER_AUTHORIZATION_FAILED: ErrorCode.ValueType  # 31
@@ -119,12 +138,15 @@ DUPLICATE_SEQUENCE_NUMBER: ErrorCode.ValueType  # 46
 INVALID_PRODUCER_EPOCH: ErrorCode.ValueType  # 47
 KAFKA_STORAGE_ERROR: ErrorCode.ValueType  # 56
 UNKNOWN_PRODUCER_ID: ErrorCode.ValueType  # 59
+NON_EMPTY_GROUP: ErrorCode.ValueType  # 68
+GROUP_ID_NOT_FOUND: ErrorCode.ValueType  # 69
 FENCED_LEADER_EPOCH: ErrorCode.ValueType  # 74
 UNKNOWN_LEADER_EPOCH: ErrorCode.ValueType  # 75
 UNSUPPORTED_COMPRESSION_TYPE: ErrorCode.ValueType  # 76
 STALE_BROKER_EPOCH: ErrorCode.ValueType  # 77
 OFFSET_NOT_AVAILABLE: ErrorCode.ValueType  # 78
 PREFERRED_LEADER_NOT_AVAILABLE: ErrorCode.ValueType  # 80
+GROUP_MAX_SIZE_REACHED: ErrorCode.ValueType  # 81
 ELIGIBLE_LEADERS_NOT_AVAILABLE: ErrorCode.ValueType  # 83
 ELECTION_NOT_NEEDED: ErrorCode.ValueType  # 84
 INVALID_RECORD: ErrorCode.ValueType  # 87
@@ -132,6 +154,10 @@ INVALID_UPDATE_VERSION: ErrorCode.ValueType  # 95
 DUPLICATE_BROKER_REGISTRATION: ErrorCode.ValueType  # 101
 BROKER_ID_NOT_REGISTERED: ErrorCode.ValueType  # 102
 INELIGIBLE_REPLICA: ErrorCode.ValueType  # 107
+FENCED_MEMBER_EPOCH: ErrorCode.ValueType  # 110
+UNRELEASED_INSTANCE_ID: ErrorCode.ValueType  # 111
+UNSUPPORTED_ASSIGNOR: ErrorCode.ValueType  # 112
+STALE_MEMBER_EPOCH: ErrorCode.ValueType  # 113
 Global___ErrorCode: _TypeAlias = ErrorCode  # noqa: Y015
 
 @_typing.final

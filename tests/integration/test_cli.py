@@ -46,6 +46,7 @@ def mk(
         ["topic", "alter-config"],
         ["topic", "alter"],
         ["get-offsets"],
+        ["consumer-groups"],
         ["timeline"],
         ["leader-election"],
         ["cluster", "status"],

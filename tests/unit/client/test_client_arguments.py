@@ -41,8 +41,8 @@ def test_configuration_error_is_a_kafka_error_a_type_error_and_a_value_error() -
 def test_unknown_consumer_config_keys_are_refused_with_the_closest_name() -> None:
     with pytest.raises(KafkaConfigurationError, match=r"'fetch_max_wait'.*'fetch_max_wait_ms'"):
         Consumer(bootstrap_servers=NOWHERE, fetch_max_wait=100)
-    with pytest.raises(KafkaConfigurationError, match=r"group_id.*consumer groups"):
-        Consumer("t", bootstrap_servers=NOWHERE, group_id="g")
+    with pytest.raises(KafkaConfigurationError, match=r"sasl_mechanism.*no SASL"):
+        Consumer("t", bootstrap_servers=NOWHERE, sasl_mechanism="PLAIN")
 
 
 def test_unknown_admin_config_keys_are_refused() -> None:

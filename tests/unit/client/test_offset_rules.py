@@ -89,6 +89,20 @@ EVERY_CODE: dict[ErrorCode, tuple[FetchErrorKind, bool]] = {
     ErrorCode.DUPLICATE_BROKER_REGISTRATION: (RP, False),
     ErrorCode.BROKER_ID_NOT_REGISTERED: (RP, False),
     ErrorCode.INELIGIBLE_REPLICA: (RP, False),
+    # Group coordinator codes: never a fetch answer, but retriable where they occur.
+    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS: (RL, False),
+    ErrorCode.COORDINATOR_NOT_AVAILABLE: (RL, False),
+    ErrorCode.NOT_COORDINATOR: (RL, False),
+    ErrorCode.INVALID_GROUP_ID: (RP, False),
+    ErrorCode.UNKNOWN_MEMBER_ID: (RP, False),
+    ErrorCode.INVALID_SESSION_TIMEOUT: (RP, False),
+    ErrorCode.NON_EMPTY_GROUP: (RP, False),
+    ErrorCode.GROUP_ID_NOT_FOUND: (RP, False),
+    ErrorCode.GROUP_MAX_SIZE_REACHED: (RP, False),
+    ErrorCode.FENCED_MEMBER_EPOCH: (RP, False),
+    ErrorCode.UNRELEASED_INSTANCE_ID: (RP, False),
+    ErrorCode.UNSUPPORTED_ASSIGNOR: (RP, False),
+    ErrorCode.STALE_MEMBER_EPOCH: (RP, False),
 }
 
 

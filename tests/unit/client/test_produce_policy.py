@@ -125,6 +125,20 @@ EVERY_CODE: dict[ErrorCode, tuple[str, bool | None]] = {
     ErrorCode.DUPLICATE_BROKER_REGISTRATION: (F, False),
     ErrorCode.BROKER_ID_NOT_REGISTERED: (F, False),
     ErrorCode.INELIGIBLE_REPLICA: (F, False),
+    # Group coordinator codes: never a produce answer; retriable ones are retried.
+    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS: (R, False),
+    ErrorCode.COORDINATOR_NOT_AVAILABLE: (R, False),
+    ErrorCode.NOT_COORDINATOR: (R, False),
+    ErrorCode.INVALID_GROUP_ID: (F, False),
+    ErrorCode.UNKNOWN_MEMBER_ID: (F, False),
+    ErrorCode.INVALID_SESSION_TIMEOUT: (F, False),
+    ErrorCode.NON_EMPTY_GROUP: (F, False),
+    ErrorCode.GROUP_ID_NOT_FOUND: (F, False),
+    ErrorCode.GROUP_MAX_SIZE_REACHED: (F, False),
+    ErrorCode.FENCED_MEMBER_EPOCH: (F, False),
+    ErrorCode.UNRELEASED_INSTANCE_ID: (F, False),
+    ErrorCode.UNSUPPORTED_ASSIGNOR: (F, False),
+    ErrorCode.STALE_MEMBER_EPOCH: (F, False),
 }
 
 

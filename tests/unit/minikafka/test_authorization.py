@@ -57,6 +57,24 @@ CLUSTER_ACTION = AclBinding(
     operation=Operation.CLUSTER_ACTION,
 )
 
+COMMIT = "/minikafka.v1.BrokerService/OffsetCommit"
+READ_BILLING = AclBinding(
+    principal="User:alice",
+    resource_type=ResourceType.GROUP,
+    resource_name="billing",
+    operation=Operation.READ,
+)
+READ_ORDERS = msgspec.structs.replace(
+    WRITE_ORDERS, operation=Operation.READ, principal="User:alice"
+)
+
+
+def _commit(group: str, topic: str) -> broker_pb2.OffsetCommitRequest:
+    request = broker_pb2.OffsetCommitRequest(group_id=group)
+    request.partitions.add(topic=topic, partition=0, offset=5)
+    return request
+
+
 # (method, request, principal, acls) -> refusal's error name (None: allowed)
 CASES = [
     ("produce allowed", PRODUCE, _produce("orders"), "User:alice", [WRITE_ORDERS], None),
@@ -126,6 +144,62 @@ CASES = [
         None,
     ),
     ("health is open", "/grpc.health.v1.Health/Check", None, "User:ANONYMOUS", [], None),
+    (
+        "offset commit with READ on the group and the topic",
+        COMMIT,
+        _commit("billing", "orders"),
+        "User:alice",
+        [READ_BILLING, READ_ORDERS],
+        None,
+    ),
+    (
+        "offset commit without the group",
+        COMMIT,
+        _commit("billing", "orders"),
+        "User:alice",
+        [READ_ORDERS],
+        "GROUP_AUTHORIZATION_FAILED",
+    ),
+    (
+        "offset commit without the topic",
+        COMMIT,
+        _commit("billing", "orders"),
+        "User:alice",
+        [READ_BILLING],
+        "TOPIC_AUTHORIZATION_FAILED",
+    ),
+    (
+        "heartbeat needs READ on the group",
+        "/minikafka.v1.BrokerService/ConsumerGroupHeartbeat",
+        broker_pb2.ConsumerGroupHeartbeatRequest(group_id="billing"),
+        "User:bob",
+        [READ_ORDERS],
+        "GROUP_AUTHORIZATION_FAILED",
+    ),
+    (
+        "find coordinator needs DESCRIBE (READ implies it)",
+        "/minikafka.v1.BrokerService/FindCoordinator",
+        broker_pb2.FindCoordinatorRequest(group_ids=["billing"]),
+        "User:alice",
+        [READ_BILLING],
+        None,
+    ),
+    (
+        "delete groups needs DELETE",
+        "/minikafka.v1.BrokerService/DeleteGroups",
+        broker_pb2.DeleteGroupsRequest(group_ids=["billing"]),
+        "User:alice",
+        [READ_BILLING],
+        "GROUP_AUTHORIZATION_FAILED",
+    ),
+    (
+        "list groups needs DESCRIBE on the cluster",
+        "/minikafka.v1.BrokerService/ListGroups",
+        broker_pb2.ListGroupsRequest(),
+        "User:alice",
+        [READ_BILLING],
+        "CLUSTER_AUTHORIZATION_FAILED",
+    ),
     (
         "a method not in the table is denied",
         "/minikafka.v1.BrokerService/SomethingNew",

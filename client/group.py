@@ -1,0 +1,504 @@
+"""A consumer's group membership (KIP-848): the heartbeat task, offset commits and
+committed-offset lookups. Decisions are the PURE rules of `client.group_rules`.
+
+The member id is a random UUID chosen once per consumer (as Kafka 4's consumer does). The
+heartbeat task finds the coordinator (FindCoordinator on any broker) and sends
+ConsumerGroupHeartbeat every `heartbeat_interval_ms` (the coordinator's value once it
+answered); the application's next poll applies the latest assignment answer (so a
+partition changes hands only between polls, as in Kafka):
+
+1. partitions taken away: committed first when auto-commit is on (only records already
+   returned by poll: a partition's position), then `on_partitions_revoked`, then dropped;
+   the next heartbeat (sent at once) reports them gone, which lets the coordinator give
+   them to their new owner;
+2. partitions given: their committed offsets are looked up *before* they are added, so
+   nothing is fetched from the reset position first; then `on_partitions_assigned`.
+
+Fenced or forgotten (session expired): `on_partitions_lost`, every partition dropped
+without a commit, and a new join with epoch 0. A consumer that has not polled for
+`max_poll_interval_ms` leaves the group (its partitions go to the others) and joins again
+at its next poll.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import inspect
+import logging
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import grpc
+
+from client.errors import CommitFailedError, from_response
+from client.group_rules import GroupAction, assignment_change, commit_action, heartbeat_action
+from client.records import OffsetAndMetadata, TopicPartition
+from client.subscription import SubscriptionState
+from client.transport import BrokerConnections
+from minikafka.errors import ErrorCode, MiniKafkaError, code_from_wire
+from minikafka.v1 import broker_pb2, broker_pb2_grpc, common_pb2
+
+logger = logging.getLogger(__name__)
+
+
+class ConsumerRebalanceListener:
+    """kafka-python / aiokafka's listener: override what you need (methods may be
+    coroutines on the `AsyncConsumer`). `on_partitions_lost` defaults to
+    `on_partitions_revoked`, as in Kafka."""
+
+    def on_partitions_revoked(self, revoked: set[TopicPartition]) -> Any:
+        return None
+
+    def on_partitions_assigned(self, assigned: set[TopicPartition]) -> Any:
+        return None
+
+    def on_partitions_lost(self, lost: set[TopicPartition]) -> Any:
+        return self.on_partitions_revoked(lost)
+
+
+class GroupSettings:
+    def __init__(
+        self,
+        *,
+        group_id: str,
+        group_instance_id: str | None,
+        session_timeout_ms: int,
+        heartbeat_interval_ms: int,
+        max_poll_interval_ms: int,
+        enable_auto_commit: bool,
+        auto_commit_interval_ms: int,
+        client_id: str,
+    ) -> None:
+        self.group_id = group_id
+        self.group_instance_id = group_instance_id
+        self.session_timeout_ms = session_timeout_ms
+        self.heartbeat_interval_ms = heartbeat_interval_ms
+        self.max_poll_interval_ms = max_poll_interval_ms
+        self.enable_auto_commit = enable_auto_commit
+        self.auto_commit_interval_ms = auto_commit_interval_ms
+        self.client_id = client_id
+
+
+class GroupMember:
+    """Lives on the consumer's event loop; one heartbeat task at a time."""
+
+    def __init__(
+        self,
+        settings: GroupSettings,
+        *,
+        conn: BrokerConnections,
+        subscription: SubscriptionState,
+        wake_fetcher: Callable[[], None],
+    ) -> None:
+        self.settings = settings
+        self.member_id = uuid.uuid4().hex
+        self.epoch = 0
+        self.owned: set[TopicPartition] = set()
+        self.listener = ConsumerRebalanceListener()
+        self._conn = conn
+        self._subscription = subscription
+        self._wake_fetcher = wake_fetcher
+        self._coordinator: str | None = None
+        self._interval_s = settings.heartbeat_interval_ms / 1000
+        self._sent_topics: frozenset[str] | None = None
+        self._joined = False
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._closed = False
+        self._failure: BaseException | None = None
+        self.last_poll = time.monotonic()
+        self._left_for_poll_timeout = False
+        #: The assignment of the last answer, applied at the next poll.
+        self._target: set[TopicPartition] | None = None
+        #: Grows when the member loses everything (fenced, left): an assignment being
+        #: applied across an await is dropped if it changed meanwhile.
+        self._generation = 0
+        self._next_auto_commit = time.monotonic() + settings.auto_commit_interval_ms / 1000
+
+    # ---- lifecycle --------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="group-heartbeat")
+
+    def wake(self) -> None:
+        """Heartbeat now (the subscription changed, or a poll came after a poll timeout)."""
+        self._wake.set()
+
+    async def close(self) -> None:
+        """Commit (auto-commit), leave the group, stop the heartbeat task."""
+        if self._closed:
+            return
+        self._closed = True
+        self._wake.set()
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        if self._joined:
+            if self.settings.enable_auto_commit and self.owned:
+                await self._commit_quietly(self.owned)
+            await self._leave()
+
+    def check_failure(self) -> None:
+        """Raise what stopped the heartbeat task (a configuration error), at a poll."""
+        if self._failure is not None:
+            raise self._failure
+
+    async def on_poll(self) -> None:
+        """Called by every poll: rejoin after a poll timeout, auto-commit when due."""
+        self.check_failure()
+        self.last_poll = time.monotonic()
+        if self._left_for_poll_timeout:
+            self._left_for_poll_timeout = False
+            self.wake()
+        if self._joined and self._target is not None and self._target != self.owned:
+            await self._apply_target(self._target)
+        if (
+            self.settings.enable_auto_commit
+            and self._joined
+            and self.owned
+            and time.monotonic() >= self._next_auto_commit
+        ):
+            self._next_auto_commit = time.monotonic() + self.settings.auto_commit_interval_ms / 1000
+            await self._commit_quietly(self.owned)
+
+    # ---- the heartbeat task -----------------------------------------------------------
+
+    async def _run(self) -> None:
+        backoff_s = self._conn.retry_backoff_ms / 1000
+        while not self._closed:
+            self._wake.clear()  # a wake() during this round makes the next one start at once
+            wait_s = self._interval_s
+            try:
+                if self._subscription.topics and not self._left_for_poll_timeout:
+                    if self._poll_timed_out():
+                        await self._leave_for_poll_timeout()
+                    else:
+                        wait_s = await self._beat()
+                elif self._joined:
+                    await self._leave()
+            except (grpc.aio.AioRpcError, OSError) as exc:
+                logger.debug("group %s: heartbeat failed: %s", self.settings.group_id, exc)
+                self._coordinator = None
+                wait_s = backoff_s
+            except MiniKafkaError as exc:
+                # From an offset lookup while applying an assignment, or a refusal.
+                action = commit_action(exc.code)
+                if action is GroupAction.FENCED:
+                    await self._lose_everything(str(exc))
+                    wait_s = 0.0
+                elif action in (GroupAction.FIND_COORDINATOR, GroupAction.RETRY):
+                    self._coordinator = None
+                    wait_s = backoff_s
+                else:  # a configuration error: raised at the next poll
+                    self._failure = exc
+                    return
+            except Exception as exc:  # a bug: raised at the next poll, not lost in a task
+                logger.exception("group %s: the heartbeat task failed", self.settings.group_id)
+                self._failure = exc
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=wait_s)
+
+    def _poll_timed_out(self) -> bool:
+        idle_ms = (time.monotonic() - self.last_poll) * 1000
+        return self._joined and idle_ms > self.settings.max_poll_interval_ms
+
+    async def _beat(self) -> float:
+        """One heartbeat; returns how long to wait before the next."""
+        stub = await self._coordinator_stub()
+        if stub is None:
+            return self._conn.retry_backoff_ms / 1000
+        topics = self._subscription.topics
+        request = broker_pb2.ConsumerGroupHeartbeatRequest(
+            group_id=self.settings.group_id,
+            member_id=self.member_id,
+            member_epoch=self.epoch if self._joined else 0,
+            instance_id=self.settings.group_instance_id or "",
+            rebalance_timeout_ms=self.settings.max_poll_interval_ms,
+            session_timeout_ms=self.settings.session_timeout_ms,
+            client_id=self.settings.client_id,
+        )
+        if not self._joined or topics != self._sent_topics:
+            request.subscribed_topics.topics.extend(sorted(topics))
+        request.owned.SetInParent()
+        for tp in sorted(self.owned):
+            request.owned.partitions.add(topic=tp.topic, partition=tp.partition)
+        reply = await stub.ConsumerGroupHeartbeat(request, timeout=self._conn.timeout_s)
+        code = code_from_wire(reply.error_code)
+        action = heartbeat_action(code)
+        if action is GroupAction.OK:
+            self._joined = True
+            self._sent_topics = topics
+            self.epoch = reply.member_epoch
+            if reply.heartbeat_interval_ms > 0:
+                self._interval_s = reply.heartbeat_interval_ms / 1000
+            if reply.HasField("assignment"):
+                # Applied by the application's next poll (as Kafka's consumer does), so a
+                # partition is given up only between polls: never while records it
+                # returned may still be being processed, and never committed past them.
+                self._target = {
+                    TopicPartition(p.topic, p.partition) for p in reply.assignment.partitions
+                }
+            return self._interval_s
+        if action is GroupAction.REJOIN:
+            await self._lose_everything(f"{code.name}: {reply.error_message}")
+            return 0.0
+        if action is GroupAction.FIND_COORDINATOR:
+            self._coordinator = None
+            return self._conn.retry_backoff_ms / 1000
+        if action is GroupAction.RETRY:
+            return self._conn.retry_backoff_ms / 1000
+        raise from_response(
+            reply.error_code, reply.error_message, context=f"group {self.settings.group_id}"
+        )
+
+    async def _apply_target(self, target: set[TopicPartition]) -> None:
+        try:
+            revoked = await self._apply(target)
+        except MiniKafkaError as exc:
+            action = commit_action(exc.code)
+            if action is GroupAction.FENCED:
+                await self._lose_everything(str(exc))
+                self.wake()
+            elif action not in (GroupAction.FIND_COORDINATOR, GroupAction.RETRY):
+                raise
+            return  # the next poll tries again
+        if revoked:
+            self.wake()  # acknowledge the revocation at once
+
+    async def _apply(self, assigned: set[TopicPartition]) -> bool:
+        """Apply an assignment answer; True when something was revoked."""
+        revoke, add = assignment_change(self.owned, assigned)
+        generation = self._generation
+        if revoke:
+            if self.settings.enable_auto_commit:
+                await self._commit_quietly(revoke)
+            await _call(self.listener.on_partitions_revoked, set(revoke))
+            if generation != self._generation:
+                return False  # fenced meanwhile: everything was dropped already
+            self.owned -= revoke
+            self._subscription.set_assignment(set(self.owned))
+        if add:
+            committed = await self.fetch_committed(add)
+            if generation != self._generation:
+                return False  # fenced or left meanwhile: this answer is void
+            self.owned |= add
+            self._subscription.set_assignment(set(self.owned))
+            for tp, found in committed.items():
+                if found is not None:
+                    self._subscription.state(tp).seek(found.offset, found.leader_epoch)
+            self._wake_fetcher()
+            await _call(self.listener.on_partitions_assigned, set(add))
+        return bool(revoke)
+
+    async def _lose_everything(self, why: str) -> None:
+        logger.info(
+            "group %s: member %s lost its partitions (%s)",
+            self.settings.group_id,
+            self.member_id,
+            why,
+        )
+        lost = set(self.owned)
+        self.owned.clear()
+        self._target = None
+        self._generation += 1
+        self._subscription.set_assignment(set())
+        self._joined = False
+        self.epoch = 0
+        if lost:
+            await _call(self.listener.on_partitions_lost, lost)
+
+    async def _leave(self) -> None:
+        stub = self._coordinator_stub_now()
+        self._joined = False
+        if stub is not None:
+            request = broker_pb2.ConsumerGroupHeartbeatRequest(
+                group_id=self.settings.group_id,
+                member_id=self.member_id,
+                member_epoch=-2 if self.settings.group_instance_id else -1,
+                instance_id=self.settings.group_instance_id or "",
+            )
+            try:
+                await stub.ConsumerGroupHeartbeat(request, timeout=self._conn.timeout_s)
+            except grpc.aio.AioRpcError as exc:
+                logger.debug("group %s: leave failed: %s", self.settings.group_id, exc)
+        lost = set(self.owned)
+        self.owned.clear()
+        self._target = None
+        self._generation += 1
+        self._subscription.set_assignment(set())
+        self.epoch = 0
+        if lost:
+            await _call(self.listener.on_partitions_revoked, lost)
+
+    async def _leave_for_poll_timeout(self) -> None:
+        logger.warning(
+            "group %s: no poll for more than max_poll_interval_ms=%d: leaving the group",
+            self.settings.group_id,
+            self.settings.max_poll_interval_ms,
+        )
+        self._left_for_poll_timeout = True
+        await self._leave()
+
+    # ---- coordinator ------------------------------------------------------------------
+
+    def _coordinator_stub_now(self) -> broker_pb2_grpc.BrokerServiceAsyncStub | None:
+        return None if self._coordinator is None else self._conn.stub(self._coordinator)
+
+    async def _coordinator_stub(self) -> broker_pb2_grpc.BrokerServiceAsyncStub | None:
+        if self._coordinator is None:
+            for address in self._conn.any_stub_addresses():
+                try:
+                    reply = await self._conn.stub(address).FindCoordinator(
+                        broker_pb2.FindCoordinatorRequest(group_ids=[self.settings.group_id]),
+                        timeout=self._conn.timeout_s,
+                    )
+                except grpc.aio.AioRpcError:
+                    continue
+                [found] = reply.coordinators
+                action = commit_action(code_from_wire(found.error_code))
+                if action is GroupAction.OK:
+                    self._coordinator = f"{found.host}:{found.port}"
+                    break
+                if action is GroupAction.FAIL:
+                    raise from_response(
+                        found.error_code, found.error_message, context="FindCoordinator"
+                    )
+                return None
+        return self._coordinator_stub_now()
+
+    # ---- offsets ----------------------------------------------------------------------
+
+    def _positions(
+        self, partitions: Iterable[TopicPartition]
+    ) -> dict[TopicPartition, OffsetAndMetadata]:
+        result: dict[TopicPartition, OffsetAndMetadata] = {}
+        for tp in partitions:
+            state = self._subscription.assignment.get(tp)
+            if state is not None and state.position() >= 0:
+                result[tp] = OffsetAndMetadata(state.position(), "", state.consumed_epoch)
+        return result
+
+    async def _commit_quietly(self, partitions: Iterable[TopicPartition]) -> None:
+        try:
+            await self.commit(self._positions(partitions))
+        except Exception as exc:  # auto-commit: logged, the next one tries again
+            logger.warning("group %s: auto-commit failed: %s", self.settings.group_id, exc)
+
+    async def commit(self, offsets: dict[TopicPartition, OffsetAndMetadata] | None = None) -> None:
+        """Commit `offsets` (default: the position of every owned partition); raises
+        `CommitFailedError` when the member was fenced (its partitions may have moved)."""
+        if offsets is None:
+            offsets = self._positions(self.owned)
+        if not offsets:
+            return
+        # A heartbeat answer may move the member epoch while a commit is on its way
+        # (STALE_MEMBER_EPOCH): sent again with the new epoch, a bounded number of times.
+        for _ in range(3):
+            sent_epoch = self.epoch
+            request = broker_pb2.OffsetCommitRequest(
+                group_id=self.settings.group_id,
+                member_id=self.member_id if self._joined else "",
+                member_epoch=sent_epoch if self._joined else -1,
+            )
+            for tp, meta in sorted(offsets.items()):
+                request.partitions.add(
+                    topic=tp.topic,
+                    partition=tp.partition,
+                    offset=meta.offset,
+                    leader_epoch=meta.leader_epoch,
+                    metadata=meta.metadata,
+                )
+            reply = await self._with_coordinator(functools.partial(self._send_commit, request))
+            code = code_from_wire(reply.error_code)
+            moved = self._joined and self.epoch != sent_epoch
+            if not (code is ErrorCode.STALE_MEMBER_EPOCH and moved):
+                break
+        if commit_action(code) is GroupAction.FENCED:
+            raise CommitFailedError(
+                f"commit refused for group {self.settings.group_id}: {reply.error_message} "
+                f"[{code.name}]; the partitions may have moved to another member"
+            )
+        if code is not ErrorCode.NONE:
+            raise from_response(reply.error_code, reply.error_message, context="OffsetCommit")
+
+    async def _send_commit(
+        self,
+        request: broker_pb2.OffsetCommitRequest,
+        stub: broker_pb2_grpc.BrokerServiceAsyncStub,
+    ) -> broker_pb2.OffsetCommitResponse:
+        return await stub.OffsetCommit(request, timeout=self._conn.timeout_s)
+
+    async def fetch_committed(
+        self, partitions: Iterable[TopicPartition]
+    ) -> dict[TopicPartition, OffsetAndMetadata | None]:
+        """Committed offsets (None: none committed). A fencing answer is raised, never
+        read as "no committed offset"."""
+        wanted = sorted(set(partitions))
+        request = broker_pb2.OffsetFetchRequest(
+            group_id=self.settings.group_id,
+            member_id=self.member_id if self._joined else "",
+            member_epoch=self.epoch if self._joined else -1,
+            partitions=[
+                common_pb2.TopicPartition(topic=tp.topic, partition=tp.partition) for tp in wanted
+            ],
+        )
+        reply = await self._with_coordinator(
+            lambda stub: stub.OffsetFetch(request, timeout=self._conn.timeout_s)
+        )
+        if reply.error_code != ErrorCode.NONE:
+            raise from_response(reply.error_code, reply.error_message, context="OffsetFetch")
+        found = {
+            TopicPartition(p.topic, p.partition): (
+                None if p.offset < 0 else OffsetAndMetadata(p.offset, p.metadata, p.leader_epoch)
+            )
+            for p in reply.partitions
+        }
+        return {tp: found.get(tp) for tp in wanted}
+
+    async def _with_coordinator(
+        self, call: Callable[[broker_pb2_grpc.BrokerServiceAsyncStub], Any]
+    ) -> Any:
+        """`call` on the coordinator, found again or retried while the answer says so,
+        within `request_timeout_ms`; returns the last answer."""
+        deadline = time.monotonic() + self._conn.timeout_s
+        backoff_s = self._conn.retry_backoff_ms / 1000
+        while True:
+            stub = await self._coordinator_stub()
+            reply: Any = None
+            if stub is not None:
+                try:
+                    reply = await call(stub)
+                except grpc.aio.AioRpcError:
+                    self._coordinator = None
+            if reply is not None:
+                action = commit_action(code_from_wire(reply.error_code))
+                if action is GroupAction.FIND_COORDINATOR:
+                    self._coordinator = None
+                elif action is not GroupAction.RETRY:
+                    return reply
+            if time.monotonic() + backoff_s > deadline:
+                if reply is not None:
+                    return reply
+                raise from_response(
+                    int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
+                    f"no coordinator for group {self.settings.group_id} answered",
+                )
+            await asyncio.sleep(backoff_s)
+
+
+async def _call(
+    callback: Callable[[set[TopicPartition]], Any], partitions: set[TopicPartition]
+) -> None:
+    """Run a listener callback (plain or coroutine); its exceptions are logged."""
+    try:
+        result = callback(partitions)
+        if inspect.isawaitable(result):
+            await result
+    except Exception:
+        logger.exception("the rebalance listener raised")
