@@ -94,6 +94,9 @@ class LogManager:
         #: values as read (high watermark, recovery point, log start), written back as is.
         self.offline: dict[tuple[str, int], str] = {}
         self._offline_checkpoints: dict[tuple[str, int], tuple[int, int, int]] = {}
+        #: Partitions the checkpoints say held records but whose directory is gone: the
+        #: directory cannot prove it kept them (`proven_broker_epoch` is then -1).
+        self.missing: list[tuple[str, int]] = []
         try:
             fresh = self._is_fresh()
             self.directory_id = directory_state.directory_identity(
@@ -148,6 +151,8 @@ class LogManager:
         system survived (same boot id) when recovery found no damage beyond a torn last
         batch. The broker sends it as its previous broker epoch when it registers."""
         stop = self.previous_stop
+        if self.missing:
+            return -1
         if stop.stop is directory_state.PreviousStop.CLEAN:
             return stop.broker_epoch
         if stop.stop is directory_state.PreviousStop.CRASH_SAME_BOOT and not any(
@@ -175,10 +180,17 @@ class LogManager:
         recovery_points = self._read_checkpoint(RECOVERY_POINT_NAME)
         high_watermarks = self._read_checkpoint(HIGH_WATERMARK_NAME)
         log_starts = self._read_checkpoint(LOG_START_NAME)
+        being_deleted: set[tuple[str, int]] = set()
         for entry in sorted(self.data_dir.iterdir()):
             if not entry.is_dir():
                 continue
             if entry.name.endswith(DELETE_SUFFIX):
+                # `<topic>-<partition>.<uuid>-delete`: a deletion that did not finish
+                deleted = parse_partition_dir(
+                    entry.name[: -len(DELETE_SUFFIX)].rpartition(".")[0]
+                )
+                if deleted is not None:
+                    being_deleted.add(deleted)
                 shutil.rmtree(entry, ignore_errors=True)
                 continue
             key = parse_partition_dir(entry.name)
@@ -212,6 +224,20 @@ class LogManager:
                     entry,
                     self.offline[key],
                 )
+        held = {
+            key
+            for table in (recovery_points, high_watermarks, log_starts)
+            for key, offset in table.items()
+            if offset > 0
+        }
+        self.missing = sorted(held - self._logs.keys() - self.offline.keys() - being_deleted)
+        if self.missing:
+            logger.warning(
+                "partition directories %s are missing although the checkpoints list records "
+                "in them: this directory proves no previous broker epoch (its replicas may "
+                "have lost records)",
+                ", ".join(f"{topic}-{partition}" for topic, partition in self.missing),
+            )
         logger.info(
             "loaded %d partition log(s) from %s (clean shutdown: %s, offline: %d)",
             len(self._logs),

@@ -6,17 +6,10 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-import pytest
-
 from broker.log.manager import LogManager
 from tests.unit.broker.log.storage_helpers import SMALL, fill
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="hole: the clean-shutdown proof covers the directory, not each partition: a "
-    "partition directory removed while the broker was down still counts as intact",
-)
 def test_a_partition_directory_missing_after_a_clean_shutdown_voids_the_proof(
     tmp_path: Path,
 ) -> None:
@@ -34,7 +27,9 @@ def test_a_partition_directory_missing_after_a_clean_shutdown_voids_the_proof(
     (or the clean-shutdown file, listing each partition's LEO) name but that is missing
     or shorter voids the proof (-1), or is reported as a lost replica so the controller
     removes it from the ISR and ELR (the KAFKA_STORAGE_ERROR path of
-    `offline_replicas`)."""
+    `offline_replicas`).
+
+    Fixed: `LogManager` lists such partitions in `missing` and then proves nothing."""
     manager = LogManager(tmp_path, SMALL, now_ms=0, node_id=1, boot_id="boot-a")
     log = manager.get_or_create("t", 0)
     fill(log, 5)
@@ -91,5 +86,25 @@ def test_a_wiped_directory_that_kept_its_identity_file_gets_a_new_identity(
         assert again.directory_id != original, (
             "the wiped directory presents its old identity: indistinguishable from a power loss"
         )
+    finally:
+        again.shutdown()
+
+
+def test_a_deleted_partition_does_not_void_the_proof(tmp_path: Path) -> None:
+    """The control of the test above: a partition deleted on purpose before a clean
+    shutdown is not "missing" (the shutdown's checkpoints no longer list it)."""
+    manager = LogManager(tmp_path, SMALL, now_ms=0, node_id=1, boot_id="boot-a")
+    fill(manager.get_or_create("t", 0), 5)
+    fill(manager.get_or_create("t", 1), 5)
+    manager.record_registration(7)
+    manager.delete("t", 0)
+    manager.shutdown(broker_epoch=7)
+
+    again = LogManager(tmp_path, SMALL, now_ms=0, node_id=1, boot_id="boot-a")
+    try:
+        assert again.get("t", 0) is None
+        assert again.get("t", 1) is not None
+        assert again.missing == []
+        assert again.proven_broker_epoch == 7
     finally:
         again.shutdown()
