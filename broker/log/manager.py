@@ -186,9 +186,7 @@ class LogManager:
                 continue
             if entry.name.endswith(DELETE_SUFFIX):
                 # `<topic>-<partition>.<uuid>-delete`: a deletion that did not finish
-                deleted = parse_partition_dir(
-                    entry.name[: -len(DELETE_SUFFIX)].rpartition(".")[0]
-                )
+                deleted = parse_partition_dir(entry.name[: -len(DELETE_SUFFIX)].rpartition(".")[0])
                 if deleted is not None:
                     being_deleted.add(deleted)
                 shutil.rmtree(entry, ignore_errors=True)
