@@ -400,7 +400,9 @@ def _remove_broker(
         last_standing = not elr and loss is RestartLoss.UNFLUSHED and current.isr == (broker_id,)
         target_isr: tuple[int, ...] = others
         unclean_shutdown: tuple[int, ...] = ()
-        if loss is RestartLoss.EVERYTHING or (elr and loss is not RestartLoss.NONE):
+        if loss in (RestartLoss.EVERYTHING, RestartLoss.STALE) or (
+            elr and loss is not RestartLoss.NONE
+        ):
             unclean_shutdown = (broker_id,)
         elif not elr:
             target_isr = _without(current.isr, broker_id)
@@ -449,6 +451,9 @@ class RestartLoss(enum.Enum):
 
     NONE = "none"  # it proves it continues that registration: nothing
     UNFLUSHED = "unflushed"  # no proof: whatever it had not fsynced (not for flush.policy=fsync)
+    #: It proves an older registration: a directory rolled back in time (a restored
+    #: backup or VM snapshot), which may miss anything written since, fsynced or not.
+    STALE = "stale"
     EVERYTHING = "everything"  # another data directory: every replica it held
 
 
@@ -462,8 +467,10 @@ def restart_loss(
     it continues its last registration: it names that registration's broker epoch as its
     previous one (written at a clean shutdown, or kept by a crash the operating system
     survived, so every completed write is still there) with the same data directory.
-    Without the proof (-1, another epoch) its unflushed writes may be gone; with another
-    data directory, everything is.
+    Without the proof (-1) its unflushed writes may be gone; with the proof of another
+    (older) registration, anything written since may be, fsynced or not (`STALE`: a
+    restored copy; a crash between a registration and its record also presents one, which
+    costs availability only); with another data directory, everything is.
     """
     if existing is None:
         return RestartLoss.NONE, ""
@@ -475,9 +482,9 @@ def restart_loss(
     if previous_broker_epoch != existing.broker_epoch:
         if previous_broker_epoch < 0:
             return RestartLoss.UNFLUSHED, "restarted without proof of a clean shutdown"
-        return RestartLoss.UNFLUSHED, (
+        return RestartLoss.STALE, (
             f"restarted claiming broker epoch {previous_broker_epoch}, not its last "
-            f"registration's {existing.broker_epoch}"
+            f"registration's {existing.broker_epoch} (a directory rolled back in time)"
         )
     return RestartLoss.NONE, ""
 

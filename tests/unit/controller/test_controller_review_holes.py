@@ -186,16 +186,7 @@ def _register(h: Harness, broker_id: int, *, previous_broker_epoch: int) -> None
     assert reply.error is ErrorCode.NONE, reply
 
 
-STALE_PROOF_HOLE = (
-    "hole: under flush.policy=fsync a stale previous_broker_epoch (a directory rolled back "
-    "to an older clean shutdown) is excused like a missing proof"
-)
-
-
-@pytest.mark.parametrize(
-    "flush_policy",
-    ["none", pytest.param("fsync", marks=pytest.mark.xfail(strict=True, reason=STALE_PROOF_HOLE))],
-)
+@pytest.mark.parametrize("flush_policy", ["none", "fsync"])
 def test_a_directory_rolled_back_to_an_older_clean_shutdown_is_never_taken_as_intact(
     flush_policy: str,
 ) -> None:
@@ -214,7 +205,9 @@ def test_a_directory_rolled_back_to_an_older_clean_shutdown_is_never_taken_as_in
     partition waits for a. Fix: in `restart_loss`, tell a stale proof (0 <= previous <
     the registration's epoch) from a missing one and never excuse it by flush policy
     (a crash between a registration and `record_incarnation` also presents one; counting
-    it unclean costs availability only)."""
+    it unclean costs availability only).
+
+    Fixed: `restart_loss` answers `RestartLoss.STALE`, which no flush policy excuses."""
     h = Harness(SETTINGS)
     h.start_brokers(1, 2, 3)
     h.create("t", rf=3, configs={"min.insync.replicas": "2", "flush.policy": flush_policy})

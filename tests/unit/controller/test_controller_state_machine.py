@@ -425,7 +425,7 @@ def test_an_intact_last_member_leads_again_once_unfenced() -> None:
     [
         pytest.param(7, "d1", RestartLoss.NONE, "", id="proves-its-last-epoch-same-directory"),
         pytest.param(-1, "d1", RestartLoss.UNFLUSHED, "without proof", id="no-proof-a-crash"),
-        pytest.param(6, "d1", RestartLoss.UNFLUSHED, "claiming broker epoch 6", id="older-epoch"),
+        pytest.param(6, "d1", RestartLoss.STALE, "claiming broker epoch 6", id="older-epoch"),
         pytest.param(7, "d2", RestartLoss.EVERYTHING, "wiped or replaced", id="another-directory"),
         pytest.param(7, "", RestartLoss.EVERYTHING, "wiped or replaced", id="no-directory-id"),
     ],
