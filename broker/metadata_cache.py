@@ -52,6 +52,9 @@ class MetadataCache:
         self.brokers: dict[int, BrokerInfo] = {}
         self.partitions: dict[tuple[str, int], PartitionInfo] = {}
         self.topic_configs: dict[str, dict[str, str]] = {}
+        #: The controller's metadata offset of each topic's configs as applied: a request
+        #: carrying older configs (a delayed LeaderAndIsr) never replaces them.
+        self.topic_config_offsets: dict[str, int] = {}
         #: Every ACL of the cluster (the controller's set as of `metadata_offset`).
         self.acls: frozenset[AclBinding] = frozenset()
 

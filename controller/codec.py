@@ -101,6 +101,7 @@ def leader_and_isr_request(
             broker_endpoint(state.brokers[b]) for b in sorted(leaders) if b in state.brokers
         ],
         topic_configs=topic_configs(state, (key[0] for key in present)),
+        metadata_offset=state.metadata_offset,
     )
 
 

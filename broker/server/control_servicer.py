@@ -105,8 +105,17 @@ class ControlServicer(broker_pb2_grpc.BrokerControlServiceServicer):
         self._metadata.controller_epoch = controller_epoch
         return None
 
-    def _apply_configs(self, topic_configs: list[broker_pb2.TopicConfigs]) -> None:
+    def _apply_configs(
+        self, topic_configs: list[broker_pb2.TopicConfigs], *, metadata_offset: int
+    ) -> None:
+        """Apply each topic's configs unless the broker has them from a later metadata
+        offset (configs travel in LeaderAndIsr and UpdateMetadata, which can arrive out of
+        order)."""
+        offsets = self._metadata.topic_config_offsets
         for entry in topic_configs:
+            if metadata_offset < offsets.get(entry.topic, -1):
+                continue
+            offsets[entry.topic] = metadata_offset
             configs = dict(entry.configs)
             if self._metadata.topic_configs.get(entry.topic) != configs:
                 self._metadata.topic_configs[entry.topic] = configs
@@ -125,7 +134,7 @@ class ControlServicer(broker_pb2_grpc.BrokerControlServiceServicer):
         self._metadata.controller_id = request.controller_id
         for endpoint in request.live_leaders:
             self._metadata.brokers.setdefault(endpoint.broker_id, _broker_info(endpoint))
-        self._apply_configs(list(request.topic_configs))
+        self._apply_configs(list(request.topic_configs), metadata_offset=request.metadata_offset)
         response = broker_pb2.LeaderAndIsrResponse(error_code=int(ErrorCode.NONE))
         for state in request.partitions:
             code = self._replicas.apply_leader_and_isr(_partition_update(state))
@@ -183,7 +192,7 @@ class ControlServicer(broker_pb2_grpc.BrokerControlServiceServicer):
             cache.remove_topic(topic)
         for state in request.partitions:
             cache.update_partition(_partition_info(state))
-        self._apply_configs(list(request.topic_configs))
+        self._apply_configs(list(request.topic_configs), metadata_offset=request.metadata_offset)
         cache.acls = _acls(request.acls)
         cache.metadata_offset = max(cache.metadata_offset, request.metadata_offset)
         self._on_change()

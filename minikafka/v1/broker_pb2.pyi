@@ -635,9 +635,15 @@ class LeaderAndIsrRequest(_message.Message):
     PARTITIONS_FIELD_NUMBER: _builtins.int
     LIVE_LEADERS_FIELD_NUMBER: _builtins.int
     TOPIC_CONFIGS_FIELD_NUMBER: _builtins.int
+    METADATA_OFFSET_FIELD_NUMBER: _builtins.int
     controller_id: _builtins.int
     controller_epoch: _builtins.int
     broker_epoch: _builtins.int
+    metadata_offset: _builtins.int
+    """The controller's metadata offset when it built this request: a broker applies the
+    topic_configs only when they are not older than the configs it has (a delayed attempt
+    must not roll min.insync.replicas or flush.policy back).
+    """
     @_builtins.property
     def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___PartitionState]: ...
     @_builtins.property
@@ -653,10 +659,11 @@ class LeaderAndIsrRequest(_message.Message):
         partitions: _abc.Iterable[Global___PartitionState] | None = ...,
         live_leaders: _abc.Iterable[_common_pb2.BrokerEndpoint] | None = ...,
         topic_configs: _abc.Iterable[Global___TopicConfigs] | None = ...,
+        metadata_offset: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_epoch", b"broker_epoch", "controller_epoch", b"controller_epoch", "controller_id", b"controller_id", "live_leaders", b"live_leaders", "partitions", b"partitions", "topic_configs", b"topic_configs"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_epoch", b"broker_epoch", "controller_epoch", b"controller_epoch", "controller_id", b"controller_id", "live_leaders", b"live_leaders", "metadata_offset", b"metadata_offset", "partitions", b"partitions", "topic_configs", b"topic_configs"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

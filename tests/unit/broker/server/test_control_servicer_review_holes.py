@@ -28,7 +28,7 @@ def node(tmp_path: Path) -> Iterator[Node]:
     made.close()
 
 
-def leader_and_isr(*, min_isr: str, partition_epoch: int) -> Any:
+def leader_and_isr(*, min_isr: str, partition_epoch: int, metadata_offset: int = 0) -> Any:
     """A LeaderAndIsr as the dispatcher builds it at send time: the partition's state and
     its topic's configs as the controller had them then."""
     return broker_pb2.LeaderAndIsrRequest(
@@ -49,6 +49,7 @@ def leader_and_isr(*, min_isr: str, partition_epoch: int) -> Any:
         topic_configs=[
             broker_pb2.TopicConfigs(topic="t", configs={"min.insync.replicas": min_isr})
         ],
+        metadata_offset=metadata_offset,
     )
 
 
@@ -64,11 +65,6 @@ def update_metadata(*, min_isr: str, metadata_offset: int) -> Any:
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="hole: a delayed LeaderAndIsr rolls the broker's topic configs back (its "
-    "partitions are fenced by epoch, its topic_configs are not)",
-)
 async def test_a_delayed_leader_and_isr_never_rolls_topic_configs_back(node: Node) -> None:
     """`ControlServicer.LeaderAndIsr` applies the request's `topic_configs` before, and
     independently of, its partitions: a partition state older than the one applied is
@@ -88,7 +84,10 @@ async def test_a_delayed_leader_and_isr_never_rolls_topic_configs_back(node: Nod
     time; a rolled-back flush.policy likewise undoes the fsync the controller counts on.
     Fix: carry the metadata offset the configs were read at in LeaderAndIsr (or send
     configs only in UpdateMetadata) and apply them only when not older than the
-    metadata's."""
+    metadata's.
+
+    Fixed: LeaderAndIsr carries `metadata_offset` and the broker keeps each topic's
+    configs with the offset they came at (`MetadataCache.topic_config_offsets`)."""
     metadata = MetadataCache()
     node.topic_configs = metadata.topic_configs  # the broker resolves settings from here
     servicer = ControlServicer(
@@ -98,8 +97,9 @@ async def test_a_delayed_leader_and_isr_never_rolls_topic_configs_back(node: Nod
         session_controller_epoch=lambda: CONTROLLER_EPOCH,
         on_change=lambda: None,
     )
-    held = leader_and_isr(min_isr="2", partition_epoch=9)  # attempt 1, delayed
-    retried = leader_and_isr(min_isr="3", partition_epoch=9)  # attempt 2, after the change
+    # attempt 1 (built at offset 30), delayed; attempt 2 built after the change (offset 41)
+    held = leader_and_isr(min_isr="2", partition_epoch=9, metadata_offset=30)
+    retried = leader_and_isr(min_isr="3", partition_epoch=9, metadata_offset=41)
     reply = await servicer.LeaderAndIsr(retried, None)  # type: ignore[arg-type]
     assert reply.error_code == ErrorCode.NONE
     updated = await servicer.UpdateMetadata(
