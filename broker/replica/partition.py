@@ -706,13 +706,21 @@ class Partition:
     ) -> None:
         """Append the leader's bytes as they are and follow its HW and log start offset."""
         if records:
-            self.log.append_as_follower(records, now_ms=now_ms)
+            end_before = self.log.log_end_offset
+            try:
+                self.log.append_as_follower(records, now_ms=now_ms)
+                if self.settings.fsync:
+                    # The leader counts this offset once our next fetch asks past it.
+                    self.log.flush()
+            except LogStorageError:
+                if self.settings.fsync and self.log.log_end_offset != end_before:
+                    # Never let the next fetch report a batch that was not fsynced (the
+                    # leader would count it towards the HW): drop it, fetch it again.
+                    self.log.truncate_to(end_before)
+                raise
             for _, header in iter_batches(records, verify_crc=False):
                 _remember(self.producers, header, header.base_offset)
             self._snapshot_after_roll()
-            if self.settings.fsync:
-                # The leader counts this offset once our next fetch asks past it.
-                self.log.flush()
         if leader_log_start_offset > self.log.log_start_offset:
             self.log.maybe_increment_log_start_offset(
                 min(leader_log_start_offset, self.log.log_end_offset)

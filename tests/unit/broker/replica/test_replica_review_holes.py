@@ -191,11 +191,6 @@ async def test_a_failure_after_the_append_is_answered_indefinite(
         follower.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="hole: under flush.policy=fsync a follower whose fsync failed still reports the "
-    "unflushed batch in its next fetch offset, and the leader commits it",
-)
 async def test_a_follower_whose_fsync_failed_never_counts_the_unflushed_batch(
     node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -208,7 +203,10 @@ async def test_a_follower_whose_fsync_failed_never_counts_the_unflushed_batch(
     progress: the HW passes a record the follower never fsynced, and a power loss of the
     follower (kept in the ISR as intact) loses a committed record. Fix: on a failed
     fsync take the replica offline (Kafka marks the log directory offline on an I/O
-    error), or truncate back to the recovery point before fetching again."""
+    error), or truncate back to the recovery point before fetching again.
+
+    Fixed: `Partition.append_as_follower` truncates the unflushed batch away before it
+    raises, so the next fetch asks for it again."""
     follower = Node(B, tmp_path / "broker-2", node.clock)
     try:
         for each in (node, follower):
@@ -225,10 +223,11 @@ async def test_a_follower_whose_fsync_failed_never_counts_the_unflushed_batch(
         with pytest.raises(LogStorageError):  # ReplicaFetcher._handle logs it, backs off
             await replicate(node, follower, broker_epoch=20)
         monkeypatch.undo()
-        assert flog.log_end_offset == 1
+        assert flog.log_end_offset == 0  # the unflushed batch is dropped ...
         assert flog.recovery_point == 0
 
-        await replicate(node, follower, broker_epoch=20)  # the next fetch, from offset 1
+        await replicate(node, follower, broker_epoch=20)  # ... and fetched again from 0
+        assert flog.log_end_offset == 1
         hw = node.partition().log.high_watermark
         assert flog.recovery_point >= hw, (
             f"the leader's HW {hw} counts a record the follower never fsynced"
