@@ -5,6 +5,10 @@ Unlike `minikafka dev`, brokers can be killed (SIGKILL), stopped (SIGTERM), paus
 (SIGSTOP), resumed and restarted by id, controllers of a quorum killed and restarted, and
 every pid is exposed for CPU accounting. Only the processes started here are ever
 signalled, by pid.
+
+With `tls=True` every listener and link is TLS with mutual TLS (as `minikafka dev
+--tls`): a development CA and one certificate per process plus a client certificate are
+made under `<data dir>/certs`; `client_config` is what the benchmark's clients pass.
 """
 
 from __future__ import annotations
@@ -21,7 +25,11 @@ from pathlib import Path
 import grpc
 
 from minikafka.v1 import broker_pb2_grpc, controller_pb2, controller_pb2_grpc, raft_pb2
+from minikafka_cli.dev_certs import CertPaths, make_ca, make_certificate
 from minikafka_cli.devcluster import _free_port, wait_serving
+
+#: Subject (CN) of the benchmark clients' certificate in a TLS cluster.
+CLIENT_CERT = "bench-client"
 
 STARTUP_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 20.0
@@ -37,8 +45,11 @@ class BenchCluster:
         heartbeat_interval_ms: int = 250,
         log_level: str = "INFO",
         controllers: int = 1,
+        tls: bool = False,
     ) -> None:
         self.data_dir = data_dir
+        self.tls = tls
+        self.certs: dict[str, CertPaths] = {}
         self.log_level = log_level
         ids = [0] if controllers == 1 else list(range(1, controllers + 1))
         #: Controller id -> address (one controller: id 0, as before the quorum).
@@ -60,14 +71,70 @@ class BenchCluster:
         ]
         return (live or list(self.broker_addresses.values()))[0]
 
+    @property
+    def certs_dir(self) -> Path:
+        return self.data_dir / "certs"
+
+    @property
+    def client_config(self) -> dict[str, str]:
+        """The clients' security settings (empty when plaintext)."""
+        if not self.tls:
+            return {}
+        client = self.certs[CLIENT_CERT]
+        return {
+            "security_protocol": "SSL",
+            "ssl_cafile": str(self.certs["ca"].cert),
+            "ssl_certfile": str(client.cert),
+            "ssl_keyfile": str(client.key),
+        }
+
+    @property
+    def credentials(self) -> grpc.ChannelCredentials | None:
+        """Channel credentials of the suite's own calls (None when plaintext)."""
+        if not self.tls:
+            return None
+        client = self.certs[CLIENT_CERT]
+        return grpc.ssl_channel_credentials(
+            self.certs["ca"].cert.read_bytes(), client.key.read_bytes(), client.cert.read_bytes()
+        )
+
+    def _channel(self, address: str) -> grpc.Channel:
+        credentials = self.credentials
+        if credentials is None:
+            return grpc.insecure_channel(address)
+        return grpc.secure_channel(address, credentials)
+
+    def _make_certs(self) -> None:
+        """The CA, a certificate per process and the client's (openssl; SANs `localhost`
+        and `127.0.0.1`)."""
+        ca = make_ca(self.certs_dir, common_name="minikafka-bench-ca")
+        self.certs["ca"] = ca
+        names = [self._controller_name(n) for n in self.controller_addresses]
+        names += [f"broker-{b}" for b in self.broker_addresses]
+        for name in [*names, CLIENT_CERT]:
+            self.certs[name] = make_certificate(ca, self.certs_dir, name, common_name=name)
+
+    def _tls_args(self, name: str) -> list[str]:
+        if not self.tls:
+            return []
+        return [
+            "--tls-cert",
+            str(self.certs[name].cert),
+            "--tls-key",
+            str(self.certs[name].key),
+            "--tls-ca",
+            str(self.certs["ca"].cert),
+        ]
+
     def pids(self) -> dict[str, int]:
         """Process name -> pid of every live process."""
         return {name: proc.pid for name, proc in self.procs.items() if proc.poll() is None}
 
     def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
+        tls = self._tls_args(name)
         with open(self.data_dir / f"{name}.log", "ab") as log:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "minikafka", *args, "--log-level", self.log_level],
+                [sys.executable, "-m", "minikafka", *args, *tls, "--log-level", self.log_level],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -116,14 +183,26 @@ class BenchCluster:
 
     def start(self) -> BenchCluster:
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        if self.tls:
+            self._make_certs()
         for node_id in self.controller_addresses:  # together: a new quorum formats at once
             self._spawn(self._controller_name(node_id), self._controller_args(node_id))
         for node_id, address in self.controller_addresses.items():
-            wait_serving(address, self.procs[self._controller_name(node_id)], STARTUP_TIMEOUT_S)
+            wait_serving(
+                address,
+                self.procs[self._controller_name(node_id)],
+                STARTUP_TIMEOUT_S,
+                credentials=self.credentials,
+            )
         for broker_id in self.broker_addresses:
             self._spawn(f"broker-{broker_id}", self._broker_args(broker_id))
         for broker_id, address in self.broker_addresses.items():
-            wait_serving(address, self.procs[f"broker-{broker_id}"], STARTUP_TIMEOUT_S)
+            wait_serving(
+                address,
+                self.procs[f"broker-{broker_id}"],
+                STARTUP_TIMEOUT_S,
+                credentials=self.credentials,
+            )
         self.wait_active(len(self.broker_addresses))
         return self
 
@@ -134,7 +213,7 @@ class BenchCluster:
     def describe(
         self, topics: list[str] | None = None, timeout_s: float = 5.0
     ) -> controller_pb2.DescribeClusterResponse:
-        with grpc.insecure_channel(self.bootstrap) as channel:
+        with self._channel(self.bootstrap) as channel:
             stub = broker_pb2_grpc.BrokerServiceStub(channel)
             request = controller_pb2.DescribeClusterRequest(topics=topics or [])
             return stub.DescribeCluster(request, timeout=timeout_s)
@@ -191,7 +270,7 @@ class BenchCluster:
                 proc = self.procs.get(self._controller_name(node_id))
                 if proc is None or proc.poll() is not None:
                     continue
-                with contextlib.suppress(grpc.RpcError), grpc.insecure_channel(address) as channel:
+                with contextlib.suppress(grpc.RpcError), self._channel(address) as channel:
                     reply = controller_pb2_grpc.ControllerServiceStub(channel).DescribeQuorum(
                         raft_pb2.DescribeQuorumRequest(), timeout=2
                     )
@@ -201,7 +280,7 @@ class BenchCluster:
         raise TimeoutError(f"no active controller within {timeout_s}s")
 
     def quorum_high_watermark(self, node_id: int) -> int:
-        with grpc.insecure_channel(self.controller_addresses[node_id]) as channel:
+        with self._channel(self.controller_addresses[node_id]) as channel:
             reply = controller_pb2_grpc.ControllerServiceStub(channel).DescribeQuorum(
                 raft_pb2.DescribeQuorumRequest(), timeout=5
             )
@@ -217,7 +296,12 @@ class BenchCluster:
         if self.procs[name].poll() is None:
             raise RuntimeError(f"controller {node_id} is still running")
         proc = self._spawn(name, self._controller_args(node_id))
-        wait_serving(self.controller_addresses[node_id], proc, STARTUP_TIMEOUT_S)
+        wait_serving(
+            self.controller_addresses[node_id],
+            proc,
+            STARTUP_TIMEOUT_S,
+            credentials=self.credentials,
+        )
 
     def pause(self, broker_id: int) -> None:
         os.kill(self.procs[f"broker-{broker_id}"].pid, signal.SIGSTOP)
@@ -232,7 +316,9 @@ class BenchCluster:
         if self.alive(broker_id):
             raise RuntimeError(f"broker {broker_id} is still running")
         proc = self._spawn(f"broker-{broker_id}", self._broker_args(broker_id))
-        wait_serving(self.broker_addresses[broker_id], proc, STARTUP_TIMEOUT_S)
+        wait_serving(
+            self.broker_addresses[broker_id], proc, STARTUP_TIMEOUT_S, credentials=self.credentials
+        )
 
     def stop(self) -> None:
         """SIGTERM brokers, then the controllers; SIGKILL whatever does not exit in time."""

@@ -77,6 +77,30 @@ def ratios(result: SuiteResult, case: CaseResult) -> dict[str, float]:
     return {"grpc": math.nan, "nats": math.nan, "redis": math.nan}
 
 
+#: The plaintext producer case the TLS case is compared with, and the TLS case's suffix.
+TLS_BASELINE = "RF=3 acks=all"
+TLS_SUFFIX = " (TLS)"
+
+
+def tls_ratios(result: SuiteResult) -> dict[int, tuple[float, float, float]]:
+    """Record size -> (plaintext rec/s, TLS rec/s, TLS ÷ plaintext) of `produce N B RF=3
+    acks=all` and its `(TLS)` twin, for every size that has both (measured in the same
+    run, same workload)."""
+    out: dict[int, tuple[float, float, float]] = {}
+    for case in result.cases:
+        if not case.name.endswith(TLS_SUFFIX):
+            continue
+        plain = result.case(case.name.removesuffix(TLS_SUFFIX))
+        if plain is None:
+            continue
+        out[case.record_bytes] = (
+            plain.records_per_s,
+            case.records_per_s,
+            ratio(case.records_per_s, plain.records_per_s),
+        )
+    return out
+
+
 def table(result: SuiteResult) -> str:
     lines = [
         f"{'case':<38} {'rec/s':>9} {'MiB/s':>7} {'CPU s/MiB':>9} {'client':>7} "
@@ -91,6 +115,11 @@ def table(result: SuiteResult) -> str:
             f"{case.name:<38} {_rate(case.records_per_s):>9} {case.mib_per_s:>7.1f} "
             f"{_fmt(total, 4):>9} {_fmt(client, 4):>7} {_fmt(total - client, 4):>7}  "
             f"{_fmt(r['grpc']):>6} {_fmt(r['nats'], 1):>6} {_fmt(r['redis'], 1):>6}"
+        )
+    for size, (plain, tls, share) in sorted(tls_ratios(result).items()):
+        lines.append(
+            f"TLS ÷ plaintext, produce {size} B {TLS_BASELINE}: {_fmt(share)} "
+            f"({_rate(tls)} vs {_rate(plain)} rec/s)"
         )
     if result.rtt:
         lines.append(
@@ -240,6 +269,10 @@ def acceptance_text(result: SuiteResult) -> str:
 def write_json(result: SuiteResult, path: Path) -> None:
     data = msgspec.to_builtins(result)
     data["ratios"] = {c.name: ratios(result, c) for c in result.cases}
+    data["tls_ratios"] = {
+        f"{size} B": {"plaintext_records_per_s": p, "tls_records_per_s": t, "tls_over_plaintext": r}
+        for size, (p, t, r) in tls_ratios(result).items()
+    }
     data["acceptance"] = [{"target": t, "met": m, "measured": v} for t, m, v in acceptance(result)]
     path.write_text(json.dumps(data, indent=1, default=str, allow_nan=True) + "\n")
 

@@ -3,13 +3,19 @@
 Order: storage micro-benchmark; raw gRPC ceilings (upload at the producer's batch size,
 download at the consumer's fetch size, 100 B round trips); minikafka producer
 throughput (100 B and 1 KiB; RF=1 acks=1, RF=3 acks=1, RF=3 acks=all, and RF=3 acks=all
-with `send_batch`) and consumer catch-up on one 3-broker cluster; open-loop end-to-end
+with `send_batch`) and consumer catch-up on one 3-broker cluster; RF=3 acks=all again with
+TLS and mutual TLS on every listener and link (its own 3-broker cluster, the same
+workload; reported as TLS ÷ plaintext); open-loop end-to-end
 latency; failover (kill -9 and SIGSTOP of the leader, kill -9 of the active controller; own
 cluster with a quorum of three controllers); Redis Streams and NATS JetStream R3 driven from
 Python. Each measurement runs in a fresh spawned process: a warm-up and three runs, median
 reported. Writes results.json and PNG plots to --out.
 
     python -m benchmarks [--quick] [--out benchmarks/results] [--skip peers,failover]
+
+Only the TLS comparison (plaintext and TLS RF=3 acks=all rows, fresh clusters):
+
+    python -c "from benchmarks.suite import tls_comparison; tls_comparison()"
 """
 
 from __future__ import annotations
@@ -31,9 +37,16 @@ import msgspec
 from benchmarks import failover, grpc_baseline, peers, stats, workloads
 from benchmarks.cluster import BenchCluster
 from benchmarks.harness import in_worker
-from benchmarks.report import SuiteResult, acceptance_text, plot, table, write_json
+from benchmarks.report import (
+    TLS_SUFFIX,
+    SuiteResult,
+    acceptance_text,
+    plot,
+    table,
+    write_json,
+)
 
-PARTS = ("storage", "grpc", "minikafka", "latency", "failover", "peers")
+PARTS = ("storage", "grpc", "minikafka", "tls", "latency", "failover", "peers")
 SIZES = (100, 1024)
 #: (label, replication factor, acks) of the producer cases.
 PRODUCE_CONFIGS: tuple[tuple[str, int, int | str], ...] = (
@@ -41,6 +54,9 @@ PRODUCE_CONFIGS: tuple[tuple[str, int, int | str], ...] = (
     ("RF=3 acks=1", 3, 1),
     ("RF=3 acks=all", 3, "all"),
 )
+#: The producer case measured again with TLS (label of the TLS row: `report.TLS_SUFFIX`).
+TLS_CONFIG: tuple[str, int, int | str] = ("RF=3 acks=all", 3, "all")
+PRODUCE_NOTES = "Producer, linger 5 ms, default batch/window"
 
 
 class Budget:
@@ -154,7 +170,7 @@ def _minikafka(result: SuiteResult, budget: Budget, root: Path, parts: set[str])
                             system="minikafka",
                             record_bytes=size,
                             runs=runs,
-                            notes="Producer, linger 5 ms, default batch/window",
+                            notes=PRODUCE_NOTES,
                         )
                     )
                     if acks == "all":
@@ -204,6 +220,72 @@ def _minikafka(result: SuiteResult, budget: Budget, root: Path, parts: set[str])
         if "missed heartbeats" in line
     ]
     result.machine["brokers_fenced_by_session_timeout"] = fencing
+
+
+def _produce_rows(
+    result: SuiteResult,
+    budget: Budget,
+    root: Path,
+    *,
+    tls: bool,
+    configs: tuple[tuple[str, int, int | str], ...],
+) -> None:
+    """The producer rows of `configs` at every size, each on a fresh topic of one fresh
+    3-broker cluster (`tls`: TLS and mutual TLS on every listener and link, the clients
+    presenting a certificate; the row's name ends with `report.TLS_SUFFIX`)."""
+    run_id = uuid.uuid4().hex[:6]
+    suffix = TLS_SUFFIX if tls else ""
+    with BenchCluster(root / ("cluster-tls" if tls else "cluster-plain"), tls=tls) as cluster:
+        pids = cluster.pids()
+        for size in SIZES:
+            for label, rf, acks in configs:
+                spec = workloads.ProduceSpec(
+                    bootstrap=cluster.bootstrap,
+                    topic=f"bench-{run_id}-{size}-rf{rf}-acks{acks}{'-tls' if tls else ''}",
+                    replication_factor=rf,
+                    acks=acks,
+                    record_bytes=size,
+                    seconds=budget.seconds,
+                    runs=budget.runs,
+                    pids=pids,
+                    client_config=cluster.client_config,
+                )
+                runs = in_worker(workloads.produce_throughput, spec)
+                result.cases.append(
+                    stats.summarize(
+                        f"produce {size} B {label}{suffix}",
+                        group="produce",
+                        system="minikafka",
+                        record_bytes=size,
+                        runs=runs,
+                        notes=PRODUCE_NOTES + ("; TLS + mutual TLS" if tls else ""),
+                    )
+                )
+                in_worker(
+                    workloads.drop_topics, cluster.bootstrap, [spec.topic], cluster.client_config
+                )
+                cluster.wait_active(len(cluster.broker_addresses))
+
+
+def _tls(result: SuiteResult, budget: Budget, root: Path) -> None:
+    """RF=3 acks=all with TLS, next to the plaintext row of the `minikafka` part."""
+    _produce_rows(result, budget, root, tls=True, configs=(TLS_CONFIG,))
+
+
+def tls_comparison(quick: bool = False, work_dir: Path | None = None) -> SuiteResult:
+    """Only the TLS comparison: plaintext RF=3 acks=all, then the same with TLS, each on
+    its own fresh cluster, at both sizes; prints the rows and TLS ÷ plaintext."""
+    budget = Budget(quick)
+    result = SuiteResult(started=time.strftime("%Y-%m-%d %H:%M:%S %Z"), quick=quick)
+    with contextlib.ExitStack() as stack:
+        root = work_dir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="mk-tls-")))
+        root.mkdir(parents=True, exist_ok=True)
+        start = time.monotonic()
+        _produce_rows(result, budget, root, tls=False, configs=(TLS_CONFIG,))
+        _produce_rows(result, budget, root, tls=True, configs=(TLS_CONFIG,))
+        result.seconds = round(time.monotonic() - start, 1)
+    print(table(result))
+    return result
 
 
 def _latency(cluster: BenchCluster, budget: Budget, root: Path, run_id: str) -> stats.LatencyResult:
@@ -361,6 +443,8 @@ def main(argv: list[str] | None = None) -> int:
         steps.append(("gRPC ceilings", lambda root: _grpc(result, budget, root)))
     if parts & {"minikafka", "latency"}:
         steps.append(("minikafka", lambda root: _minikafka(result, budget, root, parts)))
+    if "tls" in parts:
+        steps.append(("TLS", lambda root: _tls(result, budget, root)))
     if "failover" in parts:
         steps.append(("failover", lambda root: _failover(result, budget, root)))
     if "peers" in parts:

@@ -35,6 +35,8 @@ class ProduceSpec(msgspec.Struct, frozen=True, kw_only=True):
     runs: int
     linger_ms: int = 5
     pids: dict[str, int] = msgspec.field(default_factory=dict)
+    #: The clients' security settings (`BenchCluster.client_config`; empty: plaintext).
+    client_config: dict[str, str] = msgspec.field(default_factory=dict)
 
 
 class ConsumeSpec(msgspec.Struct, frozen=True, kw_only=True):
@@ -64,20 +66,30 @@ class LatencySpec(msgspec.Struct, frozen=True, kw_only=True):
 
 
 async def create_topic(
-    bootstrap: str, topic: str, replication_factor: int, configs: dict[str, str] | None = None
+    bootstrap: str,
+    topic: str,
+    replication_factor: int,
+    configs: dict[str, str] | None = None,
+    client_config: dict[str, str] | None = None,
 ) -> None:
-    async with AsyncAdmin(bootstrap) as admin:
+    async with AsyncAdmin(bootstrap, **(client_config or {})) as admin:  # type: ignore[arg-type]
         await admin.create_topics(NewTopic(topic, 1, replication_factor, configs or {}))
 
 
-async def delete_topics(bootstrap: str, topics: list[str]) -> None:
-    async with AsyncAdmin(bootstrap) as admin:
+async def delete_topics(
+    bootstrap: str, topics: list[str], client_config: dict[str, str] | None = None
+) -> None:
+    async with AsyncAdmin(bootstrap, **(client_config or {})) as admin:  # type: ignore[arg-type]
         await admin.delete_topics(topics)
 
 
 def produce_throughput(spec: ProduceSpec) -> list[stats.Run]:
     """Warm-up + `runs` runs of `seconds` each of closed-loop sends through `Producer`."""
-    run_async(create_topic(spec.bootstrap, spec.topic, spec.replication_factor))
+    run_async(
+        create_topic(
+            spec.bootstrap, spec.topic, spec.replication_factor, client_config=spec.client_config
+        )
+    )
     value = os.urandom(spec.record_bytes)
     watched = {CLIENT: os.getpid(), **spec.pids}
     runs: list[stats.Run] = []
@@ -86,6 +98,7 @@ def produce_throughput(spec: ProduceSpec) -> list[stats.Run]:
         acks=spec.acks,
         linger_ms=spec.linger_ms,
         enable_idempotence=spec.acks in ("all", -1),
+        **spec.client_config,
     ) as producer:
         producer.send(spec.topic, value).result(30)
         for index in range(spec.runs + 1):
@@ -287,8 +300,10 @@ def ensure_topic(bootstrap: str, topic: str, rf: int, configs: dict[str, str]) -
     run_async(create_topic(bootstrap, topic, rf, configs))
 
 
-def drop_topics(bootstrap: str, topics: list[str]) -> None:
-    run_async(delete_topics(bootstrap, topics))
+def drop_topics(
+    bootstrap: str, topics: list[str], client_config: dict[str, str] | None = None
+) -> None:
+    run_async(delete_topics(bootstrap, topics, client_config))
 
 
 def wait_file(path: str, timeout_s: float) -> None:

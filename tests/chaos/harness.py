@@ -36,6 +36,7 @@ from tests.chaos.history import History, Op, key_of
 from tests.chaos.workload import Workload
 from tests.support.chaos_cluster import ChaosCluster
 from tests.support.lazyfs import unavailable_reason as lazyfs_unavailable_reason
+from tests.support.processes import server_channel
 
 LONG = os.environ.get("MINIKAFKA_CHAOS_LONG") == "1"
 
@@ -65,6 +66,8 @@ class Run:
         self.history.meta(scenario=name, seed=seed)
 
     def start_cluster(self, brokers: int = 3, **kwargs: Any) -> ChaosCluster:
+        """A `ChaosCluster` under the run's directory (`tls=True`: TLS and mutual TLS on
+        every listener; the workloads' clients and the harness's channels follow)."""
         if kwargs.get("lazy_fs"):
             reason = lazyfs_unavailable_reason()
             if reason is not None:
@@ -103,6 +106,7 @@ class Run:
             partitions,
             seed=self.seed,
             first_worker=first,
+            client_config=self.cluster.client_config,
             **kwargs,
         )
         self.workloads.append(workload)
@@ -145,7 +149,13 @@ class Run:
             cluster.wait_full_isr(topic, partitions, timeout_s=60)
         every = sorted({tp for w in self.workloads for tp in w.partitions})
         reader = Workload(
-            self.history, cluster.client_bootstrap, every, seed=self.seed, producers=0, consumers=0
+            self.history,
+            cluster.client_bootstrap,
+            every,
+            seed=self.seed,
+            producers=0,
+            consumers=0,
+            client_config=cluster.client_config,
         )
         reader.final_polls(timeout_s=60)
         result = self.verify(expected=expected, strict=strict, must_be_valid=must_be_valid)
@@ -294,7 +304,7 @@ class EndOffsetSampler:
 
     def _run(self) -> None:
         channels = {
-            broker_id: grpc.insecure_channel(process.address)
+            broker_id: server_channel(process.address, self.cluster.credentials)
             for broker_id, process in self.cluster.brokers.items()
         }
         try:

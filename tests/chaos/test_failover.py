@@ -2,14 +2,17 @@
 
 Every scenario ends the same way: heal, wait until every partition has a full ISR,
 read everything with fresh clients (final polls) and run the checker; then all replicas
-must hold identical logs.
+must hold identical logs. R03 and R06 also run with TLS and mutual TLS on every listener
+and link (`..._tls`): the same faults, workload and checks over encrypted connections.
 """
 
 from __future__ import annotations
 
 import time
 
+import grpc
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from tests.chaos.harness import LONG, Run, seeds
 from tests.support.cluster import wait_until
@@ -21,9 +24,23 @@ PARTITIONS = 2
 
 
 def start(run: Run, **cluster_args: object) -> None:
-    run.start_cluster(**cluster_args)  # type: ignore[arg-type]
+    cluster = run.start_cluster(**cluster_args)  # type: ignore[arg-type]
+    if cluster_args.get("tls"):
+        # The run really is encrypted: a plaintext peer is refused by brokers and proxies.
+        for address in [cluster.brokers[1].address, cluster.proxy[1]]:
+            assert not answers_plaintext(address), f"{address} answered in plaintext"
     partitions = run.topic(TOPIC, partitions=PARTITIONS)
     run.workload(partitions, producers=2, consumers=1).start().wait_acked(30)
+
+
+def answers_plaintext(address: str) -> bool:
+    """Whether the server at `address` answers a health check over plaintext."""
+    with grpc.insecure_channel(address) as channel:
+        try:
+            health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=2)
+        except grpc.RpcError:
+            return False
+    return True
 
 
 def more_acks(run: Run, count: int = 20) -> None:
@@ -50,7 +67,18 @@ def test_r02_leader_clean_shutdown(run: Run, seed: int) -> None:
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("seed", seeds())
 def test_r03_leader_hard_shutdown(run: Run, seed: int) -> None:
-    start(run)
+    leader_hard_shutdown(run)
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("seed", seeds())
+def test_r03_leader_hard_shutdown_tls(run: Run, seed: int) -> None:
+    leader_hard_shutdown(run, tls=True)
+
+
+def leader_hard_shutdown(run: Run, *, tls: bool = False) -> None:
+    """R03: kill -9 of a partition leader under load."""
+    start(run, tls=tls)
     cluster = run.cluster
     assert cluster is not None
     leader, epoch, isr = cluster.leader_of(TOPIC, 0)
@@ -101,7 +129,18 @@ def max_epochs(run: Run) -> dict[int, int]:
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("seed", seeds())
 def test_r06_controller_kill_during_load(run: Run, seed: int) -> None:
-    start(run)
+    controller_kill_during_load(run)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("seed", seeds())
+def test_r06_controller_kill_during_load_tls(run: Run, seed: int) -> None:
+    controller_kill_during_load(run, tls=True)
+
+
+def controller_kill_during_load(run: Run, *, tls: bool = False) -> None:
+    """R06: kill -9 of the controller under load, restart, then a leader election."""
+    start(run, tls=tls)
     cluster = run.cluster
     assert cluster is not None
     before = max_epochs(run)

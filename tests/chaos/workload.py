@@ -80,8 +80,12 @@ class Workload:
         delivery_timeout_ms: int = 12_000,
         ops_per_s: float = 60.0,
         first_worker: int = 1,
+        client_config: dict[str, str] | None = None,
     ) -> None:
+        """`client_config`: extra settings of every producer and consumer (the security
+        settings of a TLS cluster, `ChaosCluster.client_config`)."""
         self.history = history
+        self.client_config = dict(client_config or {})
         self.bootstrap = bootstrap
         self.partitions = list(partitions)
         self.seed = seed
@@ -156,6 +160,7 @@ class Workload:
             delivery_timeout_ms=self.delivery_timeout_ms,
             retry_backoff_ms=100,
             max_block_ms=self.delivery_timeout_ms,
+            **self.client_config,
         )
 
     def _produce_loop(self, worker: int) -> None:
@@ -205,6 +210,7 @@ class Workload:
             fetch_max_wait_ms=200,
             request_timeout_ms=self.request_timeout_ms,
             retry_backoff_ms=100,
+            **self.client_config,
         )
 
     def _consume_loop(self, worker: int) -> None:

@@ -10,6 +10,13 @@ reach each other through their proxies too (`--quorum` names the proxies), so a
 controller can be cut off from its peers and the brokers; observation asks the active
 controller (found with `DescribeQuorum`).
 
+With `tls=True` every process runs with TLS and mutual TLS (`--tls-cert/--tls-key/
+--tls-ca`): a development CA and one certificate per process (`CN=<process name>`, SANs
+`localhost` and `127.0.0.1`, the addresses every process, proxy and client dials) plus a
+client certificate are made under `<root>/certs` (`minikafka_cli.dev_certs`). The proxies
+forward bytes, so TLS passes through them end to end; the test's own channels
+(`credentials`) and its clients (`client_config`) present the client certificate.
+
 Every nemesis action is recorded in the history (process "nemesis") when one is given.
 """
 
@@ -26,11 +33,12 @@ import grpc
 from minikafka.errors import ErrorCode
 from minikafka.record_batch import CorruptBatchError, iter_batches
 from minikafka.v1 import common_pb2, controller_pb2, controller_pb2_grpc, raft_pb2
+from minikafka_cli.dev_certs import CertPaths, make_ca, make_certificate
 from tests.chaos.history import History
 from tests.support.chaos_proxy import ProxyNet
 from tests.support.cluster import Cluster, wait_until
 from tests.support.lazyfs import LazyMount
-from tests.support.processes import ServerProcess, wait_healthy
+from tests.support.processes import ServerProcess, server_channel, wait_healthy
 
 #: (base offset, last offset, leader epoch, crc) of one batch in a replica's log.
 BatchId = tuple[int, int, int, int]
@@ -64,16 +72,25 @@ class ChaosCluster(Cluster):
         history: History | None = None,
         lazy_fs: bool = False,
         controllers: int = 1,
+        tls: bool = False,
     ) -> None:
         """`lazy_fs`: every broker's data directory is a lazy file system
-        (`tests.support.lazyfs`), which `power_loss` needs."""
+        (`tests.support.lazyfs`), which `power_loss` needs. `tls`: TLS and mutual TLS on
+        every listener and link (certificates made under `root/certs`)."""
+        self.certs = ChaosCerts(root / "certs", brokers, controllers) if tls else None
         super().__init__(
             root,
             brokers=brokers,
             broker_args=[*FAST_BROKER_ARGS, *(broker_args or [])],
             controller_args=[*FAST_CONTROLLER_ARGS, *(controller_args or [])],
             controllers=controllers,
+            credentials=self.certs.credentials() if self.certs is not None else None,
         )
+        if self.certs is not None:
+            for node_id, process in self.controllers.items():
+                process.args += self.certs.server_args(controller_name(node_id))
+            for broker_id, process in self.brokers.items():
+                process.args += self.certs.server_args(broker_name(broker_id))
         self.history = history
         self.net = ProxyNet(self._pids)
         # Upstreams are read per connection: a server that lost its port race at start
@@ -136,6 +153,11 @@ class ChaosCluster(Cluster):
         """Every broker's proxy: what the test's clients dial."""
         return list(self.proxy.values())
 
+    @property
+    def client_config(self) -> dict[str, str]:
+        """The security settings of the test's clients (empty: plaintext)."""
+        return self.certs.client_config() if self.certs is not None else {}
+
     def stop(self) -> None:
         for process in [*self.brokers.values(), *self.controllers.values()]:
             if process.alive() and process.paused:
@@ -150,7 +172,7 @@ class ChaosCluster(Cluster):
     def _channel_to(self, address: str) -> grpc.Channel:
         channel = self._channels.get(address)
         if channel is None:
-            channel = grpc.insecure_channel(address)
+            channel = server_channel(address, self.credentials)
             self._channels[address] = channel
         return channel
 
@@ -162,7 +184,7 @@ class ChaosCluster(Cluster):
             address = self.controllers[self.active_controller()].address
             return controller_pb2_grpc.ControllerServiceStub(self._channel_to(address))
         if self._controller_channel is None:
-            self._controller_channel = grpc.insecure_channel(self.controller_address)
+            self._controller_channel = server_channel(self.controller_address, self.credentials)
         return controller_pb2_grpc.ControllerServiceStub(self._controller_channel)
 
     def quorum_of(self, node_id: int) -> raft_pb2.DescribeQuorumResponse:
@@ -303,7 +325,7 @@ class ChaosCluster(Cluster):
         self.record("start", broker=broker_id)
         process = self.brokers[broker_id]
         process.start(wait=False)
-        wait_healthy(process.address, proc=process.proc)
+        wait_healthy(process.address, proc=process.proc, credentials=self.credentials)
 
     def terminate(self, broker_id: int) -> int:
         self.record("terminate", broker=broker_id)
@@ -397,7 +419,7 @@ class ChaosCluster(Cluster):
             process.start()
         else:
             process.start(wait=False)
-            wait_healthy(process.address, proc=process.proc)
+            wait_healthy(process.address, proc=process.proc, credentials=self.credentials)
 
     def wipe_controller(self, node_id: int) -> list[str]:
         """The disk of a STOPPED controller is replaced by an empty one."""
@@ -479,6 +501,58 @@ class ChaosCluster(Cluster):
 
             wait_until(same, timeout_s=timeout_s, what=f"identical replicas of {topic}-{p}")
         return logs
+
+
+class ChaosCerts:
+    """The certificates of one TLS run: a development CA, one certificate per process
+    (named and `CN=` after its process name: `c0` / `cN`, `bN`) and one for the test's
+    clients and channels (`CN=chaos-client`). No authorizer runs, so any certificate the
+    CA signed may make every call; the per-process subjects keep the principals apart in
+    the logs."""
+
+    CLIENT = "chaos-client"
+
+    def __init__(self, directory: Path, brokers: int, controllers: int) -> None:
+        self.directory = directory
+        self.ca = make_ca(directory, common_name="minikafka-chaos-ca")
+        controller_ids = [0] if controllers == 1 else list(range(1, controllers + 1))
+        names = [
+            *(controller_name(node_id) for node_id in controller_ids),
+            *(broker_name(broker_id) for broker_id in range(1, brokers + 1)),
+        ]
+        self.process: dict[str, CertPaths] = {
+            name: make_certificate(self.ca, directory, name, common_name=name) for name in names
+        }
+        self.client = make_certificate(self.ca, directory, self.CLIENT, common_name=self.CLIENT)
+
+    def server_args(self, name: str) -> list[str]:
+        """The TLS flags of process `name`."""
+        paths = self.process[name]
+        return [
+            "--tls-cert",
+            str(paths.cert),
+            "--tls-key",
+            str(paths.key),
+            "--tls-ca",
+            str(self.ca.cert),
+        ]
+
+    def credentials(self) -> grpc.ChannelCredentials:
+        """Channel credentials presenting the client certificate."""
+        return grpc.ssl_channel_credentials(
+            self.ca.cert.read_bytes(),
+            self.client.key.read_bytes(),
+            self.client.cert.read_bytes(),
+        )
+
+    def client_config(self) -> dict[str, str]:
+        """kafka-python style settings for `Producer` / `Consumer` / `Admin`."""
+        return {
+            "security_protocol": "SSL",
+            "ssl_cafile": str(self.ca.cert),
+            "ssl_certfile": str(self.client.cert),
+            "ssl_keyfile": str(self.client.key),
+        }
 
 
 def _valid_batches(data: bytes) -> list[tuple[int, int, int, int, int, int]]:

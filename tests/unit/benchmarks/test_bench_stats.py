@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from benchmarks import procstat, stats
-from benchmarks.report import SuiteResult, acceptance, cpu_bounds, ratios
+from benchmarks.report import SuiteResult, acceptance, cpu_bounds, ratios, table, tls_ratios
 from benchmarks.workloads import LatencySpec, slice_runs
 
 STAT = "1234 (py thon (x)) S 1 1234 1234 0 -1 4194560 100 0 0 0 250 40 0 0 20 0 3 0 1 2 3"
@@ -108,6 +108,28 @@ def test_ratios_and_acceptance() -> None:
         "send() RF=3 acks=all 100 B (for comparison) >= 0.15x raw gRPC upload ceiling": False,
         "consumer catch-up 100 B >= 0.25x raw gRPC download ceiling": False,  # 0.2x
     }
+
+
+def test_tls_rows_are_compared_with_their_plaintext_twin() -> None:
+    result = SuiteResult(started="now", quick=True)
+    result.cases = [
+        _case("produce 100 B RF=3 acks=all", "produce", 200_000, 10.0),
+        _case("produce 100 B RF=3 acks=all (TLS)", "produce", 150_000, 7.5),
+        _case("produce 100 B RF=1 acks=1", "produce", 400_000, 20.0),
+    ]
+    plain, tls, share = tls_ratios(result)[100]
+    assert (plain, tls) == (200_000, 150_000)
+    assert share == pytest.approx(0.75)
+    assert list(tls_ratios(result)) == [100]
+    assert "TLS ÷ plaintext, produce 100 B RF=3 acks=all: 0.75 (150.0 k vs 200.0 k rec/s)" in (
+        table(result)
+    )
+
+
+def test_a_tls_row_without_its_plaintext_twin_has_no_ratio() -> None:
+    result = SuiteResult(started="now", quick=True)
+    result.cases = [_case("produce 100 B RF=3 acks=all (TLS)", "produce", 150_000, 7.5)]
+    assert tls_ratios(result) == {}
 
 
 def test_slice_runs_assigns_records_by_intended_send_time() -> None:
