@@ -3,9 +3,10 @@
 Every controller of the quorum replays the committed metadata log (`quorum`); only the
 active one, the ready Raft leader, runs this engine's duties. When it becomes active it
 commits its start records (the cluster id once, the controller epoch = its Raft epoch),
-gives every unfenced broker a full session of grace and fully syncs them, and starts the
-session and rebalance timers. When it stops leading it stops all of that at once and
-every call fails with `NotControllerError` (the servicer answers NOT_CONTROLLER).
+gives every unfenced broker a full session of grace (plus a reconnect back-off) and fully
+syncs them, and starts the session and rebalance timers. When it stops leading it stops
+all of that at once and every call fails with `NotControllerError` (the servicer answers
+NOT_CONTROLLER).
 
 For every request: take the lock, call the pure handler with the current state (plus the
 inputs that are not in the log: session liveness, acknowledged metadata offsets), replicate
@@ -73,6 +74,7 @@ from controller.state_machine import (
 )
 from minikafka.acl import AclBinding, AclFilter
 from minikafka.errors import ErrorCode
+from minikafka.grpc_options import RECONNECT_DELAY_MAX_MS
 from minikafka.tls import TlsMaterial
 
 logger = logging.getLogger(__name__)
@@ -209,7 +211,9 @@ class ControllerEngine:
             liveness = Liveness(session_timeout_ms=self._config.session_timeout_ms)
             for broker_id, broker in sorted(self.state.brokers.items()):
                 if not broker.fenced:
-                    liveness.touch(broker_id, now_ms)  # a full session of grace
+                    # A full session of grace, plus the time a broker whose channel was
+                    # backing off while no controller answered needs to try again.
+                    liveness.start_grace(broker_id, now_ms, extra_ms=RECONNECT_DELAY_MAX_MS)
             term = _Term(epoch, liveness)
             term.dispatcher = self._new_dispatcher(term)
             self._term = term

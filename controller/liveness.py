@@ -51,6 +51,12 @@ class Liveness:
         self._deadline_ms[broker_id] = now_ms + self._session_timeout_ms
         return not was_alive
 
+    def start_grace(self, broker_id: int, now_ms: int, *, extra_ms: int) -> None:
+        """A new active controller's grace for a broker it cannot know the last heartbeat
+        of: a full session plus `extra_ms`, the time a live broker may need to notice that
+        a controller is back (its channel's reconnect back-off)."""
+        self._deadline_ms[broker_id] = now_ms + self._session_timeout_ms + extra_ms
+
     def forget(self, broker_id: int) -> None:
         self._deadline_ms.pop(broker_id, None)
 

@@ -22,6 +22,10 @@ from minikafka.limits import GRPC_MESSAGE_BYTES_MAX
 RECONNECT_BACKOFF_MIN_MS: Final = 100
 #: Largest reconnect back-off of a channel.
 RECONNECT_BACKOFF_MAX_MS: Final = 1_000
+#: The longest a live client of a channel may take to try again after its server came
+#: back: the largest back-off plus gRPC's jitter (+-20%). A controller that takes over adds
+#: it to the brokers' grace period.
+RECONNECT_DELAY_MAX_MS: Final = RECONNECT_BACKOFF_MAX_MS * 6 // 5
 
 Options = list[tuple[str, int]]
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from controller.liveness import Liveness
 from controller.propagation import plan_propagation
 from controller.rebalance import partitions_to_rebalance, preferred_replica_imbalance
@@ -16,6 +18,7 @@ from controller.state_machine import (
     heartbeat,
     register_broker,
 )
+from minikafka.grpc_options import RECONNECT_DELAY_MAX_MS
 from tests.unit.controller.controller_harness import Harness
 
 
@@ -155,3 +158,22 @@ def test_liveness_deadlines() -> None:
     assert liveness.touch(1, now_ms=200)  # revived after expiry
     liveness.forget(1)
     assert liveness.alive(now_ms=201) == frozenset()
+
+
+@pytest.mark.parametrize(
+    ("elapsed_ms", "alive"),
+    [
+        pytest.param(1_499, True, id="within-the-session"),
+        pytest.param(1_500, True, id="a-session-is-not-enough-after-a-restart"),
+        pytest.param(2_699, True, id="session-plus-reconnect-delay"),
+        pytest.param(2_700, False, id="expired"),
+    ],
+)
+def test_a_new_controllers_grace_covers_a_reconnect_back_off(elapsed_ms: int, alive: bool) -> None:
+    """A broker whose channel backed off while no controller answered needs up to one
+    back-off (+ jitter) to try again: a new controller's grace is a session plus that
+    (R06 under load: a live broker fenced 1.5 s after the controller came back)."""
+    liveness = Liveness(session_timeout_ms=1_500)
+    liveness.start_grace(7, 10_000, extra_ms=RECONNECT_DELAY_MAX_MS)
+    assert RECONNECT_DELAY_MAX_MS == 1_200
+    assert liveness.is_alive(7, 10_000 + elapsed_ms) is alive
