@@ -8,6 +8,7 @@ error codes is checked deterministically, independently of the real broker.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import struct
 from collections.abc import AsyncIterator, Callable
@@ -45,6 +46,13 @@ class ScriptedBroker(broker_pb2_grpc.BrokerServiceServicer):
         self.produce_latency_s = 0.0
         #: ("start" | "end", base sequence) per Produce partition, in order.
         self.produce_events: list[tuple[str, int]] = []
+        #: Base sequences whose answer waits until a Produce of a later sequence has
+        #: started (at most `hold_timeout_s`): shows that the client has several batches in
+        #: flight without depending on how fast it sends them.
+        self.hold_until_overtaken: set[int] = set()
+        self.hold_timeout_s = 5.0
+        self._highest_started_sequence = -1
+        self._sequence_started = asyncio.Event()
         #: (partition, "start" | "end") per Produce partition, in order.
         self.produce_partition_events: list[tuple[int, str]] = []
         #: Answers (code, indefinite) by (partition, producer epoch, base sequence), taken
@@ -95,6 +103,10 @@ class ScriptedBroker(broker_pb2_grpc.BrokerServiceServicer):
         sequences = [parse_header(part.records).base_sequence for part in request.partitions]
         self.produce_events.extend(("start", seq) for seq in sequences)
         self.produce_partition_events.extend((p.partition, "start") for p in request.partitions)
+        self._highest_started_sequence = max(self._highest_started_sequence, *sequences)
+        self._sequence_started.set()
+        for held in sorted(self.hold_until_overtaken & set(sequences)):
+            await self._wait_overtaken(held)
         if self.produce_latency_s:
             await asyncio.sleep(self.produce_latency_s)
         self.produce_events.extend(("end", seq) for seq in sequences)
@@ -131,6 +143,17 @@ class ScriptedBroker(broker_pb2_grpc.BrokerServiceServicer):
                 )
             )
         return broker_pb2.ProduceResponse(partitions=results)
+
+    async def _wait_overtaken(self, sequence: int) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.hold_timeout_s
+        while self._highest_started_sequence <= sequence:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return  # answered anyway: the test's order check then fails
+            self._sequence_started.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._sequence_started.wait(), remaining)
 
     async def Fetch(
         self, request: broker_pb2.FetchRequest, context: object

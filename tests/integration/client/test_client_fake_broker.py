@@ -96,7 +96,10 @@ async def test_out_of_order_sequence_is_fatal_for_the_batch(broker: ScriptedBrok
 async def test_first_batch_of_a_partition_travels_alone(broker: ScriptedBroker) -> None:
     # A leader that does not know the producer accepts any sequence, and gRPC may
     # deliver concurrent calls in any order: a later batch must not overtake the first.
+    # Batch 1's answer waits until a later batch has started (not a fixed latency: a
+    # loaded machine once took longer than that to send batch 2, found by CI).
     broker.produce_latency_s = 0.05
+    broker.hold_until_overtaken = {1}
     async with producer(broker, batch_size=17, buffer_memory=1 << 20) as p:
         futures = [await p.send("t", b"%d" % i, partition=0) for i in range(6)]
         await p.flush()
