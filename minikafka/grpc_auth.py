@@ -12,11 +12,12 @@ exactly as before.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 import grpc
 
+from minikafka.grpc_guard import WrappingInterceptor
 from minikafka.principal import Rule, principal_of
 
 if TYPE_CHECKING:
@@ -38,14 +39,14 @@ def peer_subject(context: Context) -> str | None:
     return subject.decode("utf-8", errors="replace")
 
 
-class AuthGuard(grpc.aio.ServerInterceptor):
+class AuthGuard(WrappingInterceptor):
     """Wraps every handler of the server (cached per method) with the principal check
     and `authorize`."""
 
     def __init__(self, rules: tuple[Rule, ...], authorize: Authorize | None = None) -> None:
+        super().__init__()
         self._rules = rules
         self._authorize = authorize
-        self._guarded: dict[str, Handler] = {}
 
     async def _refuse(self, method: str, request: Any, context: Context) -> None:
         subject = peer_subject(context)
@@ -114,19 +115,3 @@ class AuthGuard(grpc.aio.ServerInterceptor):
             request_deserializer=handler.request_deserializer,
             response_serializer=handler.response_serializer,
         )
-
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Handler | None]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> Handler | None:
-        method = handler_call_details.method
-        cached = self._guarded.get(method)
-        if cached is not None:
-            return cached
-        handler = await continuation(handler_call_details)
-        if handler is None:
-            return None
-        guarded = self._wrap(method, handler)
-        self._guarded[method] = guarded
-        return guarded

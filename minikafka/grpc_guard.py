@@ -79,11 +79,14 @@ def guard_handler(method: str, handler: Handler) -> Handler:
     )
 
 
-class DecodeGuard(grpc.aio.ServerInterceptor):
-    """Wraps every single-request method of the server with `guard_handler` (cached)."""
+class WrappingInterceptor(grpc.aio.ServerInterceptor):
+    """Wraps each method's handler once with `_wrap` and serves the wrapped one after."""
 
     def __init__(self) -> None:
         self._guarded: dict[str, Handler] = {}
+
+    def _wrap(self, method: str, handler: Handler) -> Handler:
+        raise NotImplementedError
 
     async def intercept_service(
         self,
@@ -96,7 +99,14 @@ class DecodeGuard(grpc.aio.ServerInterceptor):
             return cached
         handler = await continuation(handler_call_details)
         if handler is None:
-            return handler
-        guarded = guard_handler(method, handler)
+            return None
+        guarded = self._wrap(method, handler)
         self._guarded[method] = guarded
         return guarded
+
+
+class DecodeGuard(WrappingInterceptor):
+    """Wraps every single-request method of the server with `guard_handler` (cached)."""
+
+    def _wrap(self, method: str, handler: Handler) -> Handler:
+        return guard_handler(method, handler)
