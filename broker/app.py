@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+from collections.abc import Callable
 from pathlib import Path
 
 import grpc
@@ -27,7 +28,7 @@ from broker.log.manager import LogManager
 from broker.metadata_cache import BrokerInfo, MetadataCache
 from broker.replica.fetcher import FetcherManager, FetcherSettings
 from broker.replica.isr_reporter import IsrReporter
-from broker.replica.leader_endpoint import GrpcLeaderEndpoint
+from broker.replica.leader_endpoint import GrpcLeaderEndpoint, LeaderEndpoint
 from broker.replica.manager import ReplicaManager
 from broker.replica.partition import Role
 from broker.replica.state import LeaderState
@@ -431,9 +432,25 @@ class Broker:
         tasks: asyncio.TaskGroup,
     ) -> None:
         """Controller link, control servicer, follower fetchers and the ISR reporter."""
+        tls = self.security.tls if self.security is not None else None
+        control = self.start_cluster_mode(
+            link, replicas, tasks, connect=lambda leader: GrpcLeaderEndpoint(leader, tls)
+        )
+        broker_pb2_grpc.add_BrokerControlServiceServicer_to_server(control, server)
+
+    def start_cluster_mode(
+        self,
+        link: ControllerLink,
+        replicas: ReplicaManager,
+        tasks: asyncio.TaskGroup,
+        *,
+        connect: Callable[[BrokerInfo], LeaderEndpoint],
+    ) -> ControlServicer:
+        """Start the controller link, the follower fetchers (`connect`: the port to the
+        leaders) and the ISR reporter in `tasks`; returns the control servicer to serve.
+        The simulator (tests/sim) calls this too, with in-memory ports."""
         config = self.config
         metadata = self.metadata
-        tls = self.security.tls if self.security is not None else None
         fetchers = FetcherManager(
             settings=FetcherSettings(
                 broker_id=config.broker_id,
@@ -446,7 +463,7 @@ class Broker:
             ),
             endpoint_of=lambda broker_id: metadata.brokers.get(broker_id),
             tasks=tasks,
-            connect=lambda leader: GrpcLeaderEndpoint(leader, tls),
+            connect=connect,
         )
         self.fetchers = fetchers
 
@@ -454,15 +471,12 @@ class Broker:
             replicas.set_isr_eligible(metadata.isr_eligible_epochs())
             fetchers.sync(list(replicas.partitions.values()))
 
-        broker_pb2_grpc.add_BrokerControlServiceServicer_to_server(
-            ControlServicer(
-                replicas=replicas,
-                metadata=metadata,
-                broker_epoch=lambda: link.broker_epoch,
-                session_controller_epoch=lambda: link.controller_epoch,
-                on_change=on_change,
-            ),
-            server,
+        control = ControlServicer(
+            replicas=replicas,
+            metadata=metadata,
+            broker_epoch=lambda: link.broker_epoch,
+            session_controller_epoch=lambda: link.controller_epoch,
+            on_change=on_change,
         )
         reporter = IsrReporter(
             replicas=replicas,
@@ -474,6 +488,7 @@ class Broker:
         replicas.on_isr_proposal = reporter.propose
         tasks.create_task(link.run(), name="controller-link")
         tasks.create_task(reporter.run(), name="isr-reporter")
+        return control
 
     async def _housekeeping(self, logs: LogManager) -> None:
         """Checkpoints, flushes and retention on their intervals; runs until cancelled."""

@@ -85,7 +85,11 @@ class ControllerLink:
         heartbeat_interval_ms: int,
         on_registered: Callable[[int], None] | None = None,
         tls: TlsMaterial | None = None,
+        connect: Callable[[str], controller_pb2_grpc.ControllerServiceAsyncStub] | None = None,
     ) -> None:
+        """`connect` is the port to the controllers: a stub for a HOST:PORT address. None
+        (production): a gRPC channel per address; the simulator (tests/sim) passes
+        in-memory stubs."""
         self._addresses = parse_controller_addresses(address)
         self._broker_id = broker_id
         self._endpoint = endpoint
@@ -104,13 +108,15 @@ class ControllerLink:
         self.metadata_offset = -1
         #: The controller's session timeout (register reply).
         self._session_timeout_ms = DEFAULT_SESSION_TIMEOUT_MS
-        self._channels = {
-            address: open_channel(address, channel_options(), tls) for address in self._addresses
-        }
-        self._stubs = {
-            address: controller_pb2_grpc.ControllerServiceStub(channel)
-            for address, channel in self._channels.items()
-        }
+        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._stubs: dict[str, controller_pb2_grpc.ControllerServiceAsyncStub] = {}
+        for address in self._addresses:
+            if connect is not None:
+                self._stubs[address] = connect(address)
+                continue
+            channel = open_channel(address, channel_options(), tls)
+            self._channels[address] = channel
+            self._stubs[address] = controller_pb2_grpc.ControllerServiceStub(channel)
         self._active = self._addresses[0]
         self._discovery = asyncio.Lock()
         self._discoveries = 0

@@ -86,8 +86,12 @@ class Dispatcher:
         max_message_bytes: int,
         on_replicas_offline: Callable[[int, int, list[PartitionKey]], None] | None = None,
         tls: TlsMaterial | None = None,
+        connect: Callable[[str], broker_pb2_grpc.BrokerControlServiceAsyncStub] | None = None,
     ) -> None:
         self._tls = tls
+        #: The port to the brokers: a stub for a HOST:PORT target. None (production): a
+        #: gRPC channel per broker; the simulator (tests/sim) passes in-memory stubs.
+        self._connect = connect
         #: Called with (broker id, broker epoch, partitions) a broker answered
         #: KAFKA_STORAGE_ERROR for in LeaderAndIsr (it cannot open their logs).
         self._on_replicas_offline = on_replicas_offline
@@ -350,7 +354,11 @@ class Dispatcher:
         if link.stub is None or link.target != target:
             if link.channel is not None:
                 self._tasks.append(self._task_group.create_task(link.channel.close()))
-            link.channel = open_channel(target, self._channel_options, self._tls)
-            link.stub = broker_pb2_grpc.BrokerControlServiceStub(link.channel)
+                link.channel = None
+            if self._connect is not None:
+                link.stub = self._connect(target)
+            else:
+                link.channel = open_channel(target, self._channel_options, self._tls)
+                link.stub = broker_pb2_grpc.BrokerControlServiceStub(link.channel)
             link.target = target
         return link.stub

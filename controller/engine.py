@@ -76,6 +76,7 @@ from minikafka.acl import AclBinding, AclFilter
 from minikafka.errors import ErrorCode
 from minikafka.grpc_options import RECONNECT_DELAY_MAX_MS
 from minikafka.tls import TlsMaterial
+from minikafka.v1 import broker_pb2_grpc
 
 logger = logging.getLogger(__name__)
 #: While a partition waits for a longest-log unclean election, how often it is retried.
@@ -128,9 +129,13 @@ class ControllerEngine:
         metrics: ControllerMetrics,
         task_group: asyncio.TaskGroup,
         tls: TlsMaterial | None = None,
+        broker_connect: Callable[[str], broker_pb2_grpc.BrokerControlServiceAsyncStub]
+        | None = None,
     ) -> None:
         self._config = config
         self._tls = tls
+        #: The dispatcher's port to the brokers (None: gRPC; see `Dispatcher`).
+        self._broker_connect = broker_connect
         self._settings = settings_from(config)
         self._quorum = quorum
         self._cluster_id = cluster_id
@@ -256,6 +261,7 @@ class ControllerEngine:
             max_message_bytes=config.grpc_max_message_bytes,
             on_replicas_offline=self._on_replicas_offline,
             tls=self._tls,
+            connect=self._broker_connect,
         )
 
     def _require_term(self) -> _Term:

@@ -50,9 +50,8 @@ from controller.raft.actions import (
 )
 from controller.raft.config import RaftConfig
 from controller.raft.core import NotLeaderError, QuorumStatus, RaftNode
-from controller.raft.file_storage import FileRaftStorage
 from controller.raft.messages import Message
-from controller.raft.storage import perform
+from controller.raft.storage import RaftStorage, perform
 from controller.raft_transport import RaftTransport
 from controller.records import Record
 
@@ -130,7 +129,7 @@ class MetadataQuorum:
         self,
         *,
         config: RaftConfig,
-        storage: FileRaftStorage,
+        storage: RaftStorage,
         transport: RaftTransport,
         metrics: ControllerMetrics,
         snapshot_every_records: int,

@@ -51,9 +51,22 @@ class LeaderEndpoint(Protocol):
 class GrpcLeaderEndpoint:
     """`LeaderEndpoint` over the leader's `ReplicaService.Fetch`."""
 
-    def __init__(self, leader: BrokerInfo, tls: TlsMaterial | None = None) -> None:
-        self._channel = open_channel(f"{leader.host}:{leader.port}", channel_options(), tls)
-        self._stub = broker_pb2_grpc.ReplicaServiceStub(self._channel)
+    def __init__(
+        self,
+        leader: BrokerInfo,
+        tls: TlsMaterial | None = None,
+        *,
+        stub: broker_pb2_grpc.ReplicaServiceAsyncStub | None = None,
+    ) -> None:
+        """`stub`: the leader's ReplicaService (None, production: a gRPC channel to it; the
+        simulator in tests/sim passes an in-memory stub, so this translation runs there
+        too)."""
+        self._channel = (
+            None
+            if stub is not None
+            else open_channel(f"{leader.host}:{leader.port}", channel_options(), tls)
+        )
+        self._stub = stub or broker_pb2_grpc.ReplicaServiceStub(self._channel)
 
     async def fetch(self, request: ReplicaFetch) -> list[FetchResult]:
         message = broker_pb2.ReplicaFetchRequest(
@@ -81,7 +94,8 @@ class GrpcLeaderEndpoint:
         return [_result(part) for part in response.partitions]
 
     async def close(self) -> None:
-        await self._channel.close()
+        if self._channel is not None:
+            await self._channel.close()
 
 
 def _result(part: broker_pb2.FetchPartitionResponse) -> FetchResult:
