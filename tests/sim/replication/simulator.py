@@ -136,6 +136,12 @@ class _VirtualHistory(History):
         return op
 
 
+def _scratch() -> str | None:
+    """Where the brokers' data directories go: memory (tmpfs) when there is one, as the
+    simulated disk's durability comes from the crash model, not from the device."""
+    return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+
+
 @contextmanager
 def _seeded_uuids(rng: random.Random) -> Iterator[None]:
     """uuid4 (directory ids, incarnation ids) drawn from the run's generator."""
@@ -192,7 +198,7 @@ class Simulation:
         loop = VirtualTimeLoop()
         self._loop = loop
         with (
-            tempfile.TemporaryDirectory(prefix="minikafka-sim-") as root,
+            tempfile.TemporaryDirectory(prefix="minikafka-sim-", dir=_scratch()) as root,
             _seeded_uuids(self.rng),
             _quiet_logging(),
         ):
@@ -474,10 +480,22 @@ class Simulation:
                 )
 
     async def _fetch(
-        self, source: str, topic: str, partition: int, offset: int
+        self, source: str, topic: str, partition: int, offset: int, *, final: bool = False
     ) -> tuple[list[list[int]], int] | None:
-        """(offset, value) pairs from `offset` and the HW, from the leader; None: no answer."""
-        address = self._leader_address(topic, partition)
+        """(offset, value) pairs from `offset` and the HW, from the leader; None: no answer.
+
+        A consumer asks the leader some broker's metadata names (maybe an old one, still
+        serving its own HW). The final polls ask the controller's leader, fenced by its
+        leader epoch: they must see everything committed."""
+        leader_epoch = -1
+        if final:
+            registration = self.engine.state.partitions.get((topic, partition))
+            if registration is None or registration.leader == NO_LEADER:
+                return None
+            address: str | None = self._broker(registration.leader).address
+            leader_epoch = registration.leader_epoch
+        else:
+            address = self._leader_address(topic, partition)
         if address is None:
             return None
         request = broker_pb2.FetchRequest(max_wait_ms=50, min_bytes=1, max_bytes=1 << 20)
@@ -485,7 +503,7 @@ class Simulation:
             topic=topic,
             partition=partition,
             fetch_offset=offset,
-            current_leader_epoch=-1,
+            current_leader_epoch=leader_epoch,
             last_fetched_epoch=-1,
             partition_max_bytes=1 << 20,
         )
@@ -534,7 +552,9 @@ class Simulation:
             position = 0
             hw = -1
             for _ in range(FINAL_READ_ATTEMPTS):
-                fetched = await self._fetch(f"final-{key}", topic, partition, position)
+                fetched = await self._fetch(
+                    f"final-{key}", topic, partition, position, final=True
+                )
                 if fetched is None:
                     await asyncio.sleep(0.05)
                     continue
