@@ -15,7 +15,7 @@ SEEDS ?= 20000
 FIRST ?= 0
 COMPOSE ?= $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose)
 
-.PHONY: install run test test-repeat test-unit test-integration chaos sim-raft lint fmt proto proto-check bench up down clean docs lock
+.PHONY: install run test test-repeat test-unit test-integration chaos sim-raft sim lint fmt proto proto-check bench up down clean docs lock
 
 install: $(STAMP)
 
@@ -66,6 +66,10 @@ chaos: install  ## the long fault suite with more seeds
 sim-raft: install  ## long deterministic Raft simulation: SEEDS=N runs from seed FIRST (replay: MINIKAFKA_RAFT_SEED=n)
 	MINIKAFKA_RAFT_SEEDS=$(SEEDS) MINIKAFKA_RAFT_FIRST_SEED=$(FIRST) $(BIN)/python -m pytest \
 	  tests/sim/raft -q -k seeded_runs --timeout=0 $(PYTEST_ARGS)
+
+sim: install  ## long replication simulation: SEEDS=N runs from seed FIRST (replay: MINIKAFKA_SIM_SEED=n)
+	MINIKAFKA_SIM_SEEDS=$(SEEDS) MINIKAFKA_SIM_FIRST_SEED=$(FIRST) $(BIN)/python -m pytest \
+	  tests/sim/replication -q -k seeded_runs --timeout=0 $(PYTEST_ARGS)
 
 lint: install proto-check  ## ruff + mypy --strict
 	$(BIN)/ruff check .

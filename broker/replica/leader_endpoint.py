@@ -61,12 +61,11 @@ class GrpcLeaderEndpoint:
         """`stub`: the leader's ReplicaService (None, production: a gRPC channel to it; the
         simulator in tests/sim passes an in-memory stub, so this translation runs there
         too)."""
-        self._channel = (
-            None
-            if stub is not None
-            else open_channel(f"{leader.host}:{leader.port}", channel_options(), tls)
-        )
-        self._stub = stub or broker_pb2_grpc.ReplicaServiceStub(self._channel)
+        self._channel: grpc.aio.Channel | None = None
+        if stub is None:
+            self._channel = open_channel(f"{leader.host}:{leader.port}", channel_options(), tls)
+            stub = broker_pb2_grpc.ReplicaServiceStub(self._channel)
+        self._stub = stub
 
     async def fetch(self, request: ReplicaFetch) -> list[FetchResult]:
         message = broker_pb2.ReplicaFetchRequest(

@@ -8,8 +8,8 @@ dropped or duplicated, handled by the target's servicer in a task of that proces
 cancels it), and the answer travels back the same way. Per directed link (one-way too) a
 `LinkState` can cut the link; a cut costs the caller its deadline (`DEADLINE_EXCEEDED`, as
 a black-holed TCP connection does), a randomly lost message is a broken connection
-(`UNAVAILABLE` at once), and so is a dead process (connection refused). A lost answer is the interesting case: the
-request was handled but the caller cannot know.
+(`UNAVAILABLE` at once), and so is a dead process (connection refused). A lost answer is
+the interesting case: the request was handled but the caller cannot know.
 
 The controller's heartbeat stream (bidirectional) is `SimStreamCall`: in-order delivery,
 no loss or duplication (TCP), messages into a cut link are lost (the stream stalls), and a
@@ -19,6 +19,7 @@ crash of either side or a cancel by the client ends it on both sides.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any, Protocol
@@ -254,10 +255,8 @@ class Network:
         request: ProtoMessage,
     ) -> None:
         await asyncio.sleep(self._delay_s(self.link(source, target.name)))
-        try:
+        with contextlib.suppress(grpc.aio.AioRpcError):  # nobody waits for the copy's answer
             await self._handle(source, target, handler, request)
-        except grpc.aio.AioRpcError:
-            pass  # nobody waits for the copy's answer
 
     def open_stream(
         self,
@@ -275,7 +274,12 @@ class _Method:
         self._stub = stub
         self._method = method
 
-    async def __call__(self, request: ProtoMessage, *, timeout: float | None = None) -> Any:
+    async def __call__(
+        self,
+        request: ProtoMessage,
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109 (the gRPC stub's signature)
+    ) -> Any:
         stub = self._stub
         return await stub.network.unary(
             stub.source, stub.address, stub.service, self._method, request, timeout

@@ -40,7 +40,7 @@ import random
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -185,9 +185,12 @@ class Simulation:
         self._loop: VirtualTimeLoop | None = None
         self._errors: list[str] = []
         self._unclean_elected = False
+        self._side_tasks: set[asyncio.Future[None]] = set()
         self.topics = [TOPIC] + ([ACKS1_TOPIC] if self.params.acks_all_share < 1 else [])
         self.partition_keys = [
-            (topic, partition) for topic in self.topics for partition in range(self.params.partitions)
+            (topic, partition)
+            for topic in self.topics
+            for partition in range(self.params.partitions)
         ]
         self._crashes = 0
         self._faults = 0
@@ -364,9 +367,7 @@ class Simulation:
         raise self._violation(
             f"not reached within {SETTLE_MS_MAX} ms: {what}"
             + "".join(f"\n{error}" for error in self._errors)
-            + "".join(
-                f"\n  {key}: {state.partitions.get(key)}" for key in self.partition_keys
-            )
+            + "".join(f"\n  {key}: {state.partitions.get(key)}" for key in self.partition_keys)
             + "".join(f"\n  broker {b.broker_id}: {b}" for b in state.brokers.values())
         )
 
@@ -508,7 +509,9 @@ class Simulation:
             partition_max_bytes=1 << 20,
         )
         try:
-            response = await self.network.unary(source, address, "BrokerService", "Fetch", request, 1)
+            response = await self.network.unary(
+                source, address, "BrokerService", "Fetch", request, 1
+            )
         except grpc.aio.AioRpcError:
             return None
         assert isinstance(response, broker_pb2.FetchResponse)
@@ -552,9 +555,7 @@ class Simulation:
             position = 0
             hw = -1
             for _ in range(FINAL_READ_ATTEMPTS):
-                fetched = await self._fetch(
-                    f"final-{key}", topic, partition, position, final=True
-                )
+                fetched = await self._fetch(f"final-{key}", topic, partition, position, final=True)
                 if fetched is None:
                     await asyncio.sleep(0.05)
                     continue
@@ -599,7 +600,7 @@ class Simulation:
                     wiped = True
                 await self._crash(victim, power_loss=action != "crash", wipe=action == "wipe")
                 restart_ms = self.rng.randint(50, 1500)
-                asyncio.ensure_future(self._restart_later(victim, restart_ms))
+                self._side(self._restart_later(victim, restart_ms))
             elif action in ("cut", "cut-one-way"):
                 names = [self.controller.name] + [b.name for b in self.brokers]
                 source, target = self.rng.sample(names, 2)
@@ -608,7 +609,7 @@ class Simulation:
                     self.network.set_cut(target, source, True)
                 arrow = "->" if action == "cut-one-way" else "<->"
                 self._note(f"cut {source} {arrow} {target}")
-                asyncio.ensure_future(
+                self._side(
                     self._heal_later(source, target, self.rng.randint(100, 2000), action == "cut")
                 )
             elif action == "pause":
@@ -617,15 +618,15 @@ class Simulation:
                 victim = self.rng.choice(up)
                 victim.pause()
                 self._note(f"pause {victim.name}")
-                asyncio.ensure_future(self._resume_later(victim, self.rng.randint(50, 1500)))
+                self._side(self._resume_later(victim, self.rng.randint(50, 1500)))
             elif action == "preferred":
                 self._note("preferred election")
-                await self.engine.elect_leaders(election_type=ElectionType.PREFERRED, partitions=None)
+                await self.engine.elect_leaders(
+                    election_type=ElectionType.PREFERRED, partitions=None
+                )
             elif action == "unclean":
                 self._note("unclean election")
-                before = {
-                    key: part.leader for key, part in self.engine.state.partitions.items()
-                }
+                before = {key: part.leader for key, part in self.engine.state.partitions.items()}
                 outcomes = await self.engine.elect_leaders(
                     election_type=ElectionType.UNCLEAN, partitions=None
                 )
@@ -638,6 +639,12 @@ class Simulation:
                     ):
                         self._unclean_elected = True
                         self._note(f"  unclean: {key} led by broker {outcome.leader}")
+
+    def _side(self, work: Coroutine[Any, Any, None]) -> None:
+        """A delayed nemesis step (restart, heal, resume), kept until it ran."""
+        task = asyncio.ensure_future(work)
+        self._side_tasks.add(task)
+        task.add_done_callback(self._side_tasks.discard)
 
     async def _crash(self, broker: SimBroker, *, power_loss: bool, wipe: bool) -> None:
         self._crashes += 1

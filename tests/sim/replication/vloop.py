@@ -34,7 +34,7 @@ class SimulationStuckError(RuntimeError):
     """Nothing is ready and no timer is scheduled: the simulation can never progress."""
 
 
-class _VirtualSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
+class _VirtualSelector(selectors.DefaultSelector):
     """The loop's selector: never waits; a timeout means "advance virtual time"."""
 
     def __init__(self) -> None:
