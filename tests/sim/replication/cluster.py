@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import os
 import shutil
 from collections.abc import Coroutine
 from pathlib import Path
@@ -26,6 +27,7 @@ from broker.clock import Clock
 from broker.config import BrokerConfig
 from broker.controller_link import ControllerForwarder, ControllerLink
 from broker.log.manager import LogManager
+from broker.log.partition_log import PartitionLog
 from broker.metadata_cache import BrokerInfo
 from broker.replica.leader_endpoint import GrpcLeaderEndpoint
 from broker.replica.manager import ReplicaManager
@@ -52,12 +54,28 @@ CLUSTER_ID = "sim-cluster-0000000000"
 CONTROLLER_ADDRESS = "controller:9093"
 
 
+def lose_unsynced_records(log: PartitionLog) -> None:
+    """What a power loss does to a partition's records (as the fault suite's lazyfs does):
+    the segment data past the log's recovery point (what its last fsync covered) is gone.
+    Everything else the broker wrote (checkpoints, identity, epoch cache) is written
+    atomically and synced by the storage layer, and is kept."""
+    point = log.recovery_point
+    for segment in list(log._segments):
+        if segment.base_offset >= point and segment.base_offset > log.log_start_offset:
+            os.truncate(segment.log_path, 0)
+            continue
+        found = segment.find_batch(point)
+        if found is not None:
+            os.truncate(segment.log_path, found[0])
+
+
 class _Process:
     """What every simulated process shares: its tasks, liveness and pause."""
 
     def __init__(self, name: str) -> None:
         self.name = name
         self._alive = False
+        self._powered_off = False
         self._tasks: set[asyncio.Task[Any]] = set()
         self._resumed = asyncio.Event()
         self._resumed.set()
@@ -66,6 +84,10 @@ class _Process:
     @property
     def alive(self) -> bool:
         return self._alive
+
+    @property
+    def powered_off(self) -> bool:
+        return self._powered_off
 
     @property
     def paused(self) -> bool:
@@ -202,6 +224,7 @@ class SimBroker(_Process):
 
     def start(self) -> None:
         assert not self._alive
+        self._powered_off = False
         self._alive = True
         self.resume()
         self._main = self.spawn(self._run(), "main")
@@ -210,12 +233,17 @@ class SimBroker(_Process):
         """The machine rebooted (a power loss): the next start sees a new boot id."""
         self.boot_number += 1
 
-    async def crash(self, *, wipe: bool = False) -> None:
-        """Kill the process: every task cancelled, logs abandoned as they are on disk."""
+    async def crash(self, *, wipe: bool = False, lose_unsynced: bool = False) -> None:
+        """Kill the process: every task cancelled, logs abandoned as they are on disk;
+        with `lose_unsynced` (a power loss) the records no fsync covered are lost too."""
         self._alive = False
+        self._powered_off = lose_unsynced
         self._servicers = {}
         await self._kill_tasks()
         if self.logs is not None:
+            if lose_unsynced:
+                for log in self.logs.all_logs():
+                    lose_unsynced_records(log)
             self.logs.abandon()
             self.logs = None
         self.broker = None

@@ -42,6 +42,10 @@ class ProcessHost(Protocol):
     @property
     def alive(self) -> bool: ...
 
+    @property
+    def powered_off(self) -> bool:
+        """Down by a power loss (its connections die without a reset)."""
+
     def servicer(self, service: str) -> object | None:
         """The servicer object for `service` ("ControllerService", ...), None if not served."""
 
@@ -360,6 +364,15 @@ class SimStreamCall:
         return item
 
     def cancel(self) -> bool:
+        client = self._network.by_name.get(self._source)
+        if client is not None and client.powered_off:
+            # The client's machine lost power: no reset reaches the server, whose side of
+            # the stream just goes quiet (the session then expires on its timeout).
+            self._ended = True
+            self._replies.put_nowait(_End(rpc_error(grpc.StatusCode.CANCELLED, "power off")))
+            if self._pump is not None:
+                self._pump.cancel()
+            return True
         self._end(rpc_error(grpc.StatusCode.CANCELLED, "cancelled by the client"))
         return True
 

@@ -14,7 +14,8 @@ A run:
 2. Chaos (`chaos_ms`): producers send unique integers (acks=all and acks=1) to the leader
    their metadata names, consumers poll each partition from the leader (assign()-style,
    from offset 0 upwards), and the nemesis crashes brokers (a process crash, or a power
-   loss: a new boot id), restarts them, wipes a data directory (once per run at most),
+   loss: a new boot id, and the records no fsync covered are lost), restarts them,
+   wipes a data directory (once per run at most),
    pauses a broker (its messages leave late), cuts links (one-way too), and asks the
    controller for preferred and unclean elections. The network meanwhile delays, drops
    and duplicates messages per the seed's rates.
@@ -651,7 +652,7 @@ class Simulation:
         kind = "wipe" if wipe else "power loss" if power_loss else "crash"
         self._note(f"{kind} {broker.name}")
         self.history.nemesis(kind, broker=broker.broker_id)
-        await broker.crash(wipe=wipe)
+        await broker.crash(wipe=wipe, lose_unsynced=power_loss)
         if power_loss:
             broker.new_boot()
 
@@ -683,8 +684,8 @@ class Simulation:
         if not await self._within(OFFLINE_GRACE_MS, self._all_led):
             # Every replica of a partition lost power (or one was wiped) at some point: with
             # eligible leader replicas it stays offline until an operator's unclean election
-            # (README Guarantees). The simulated disks lost nothing, so the longest-log
-            # election must not lose anything acknowledged either: the check stays strict.
+            # (README Guarantees), which may lose what the power losses took: the checker
+            # allows the losses of an unclean election from here on.
             offline = [
                 key
                 for key in self.partition_keys
@@ -692,6 +693,7 @@ class Simulation:
                 and part.leader == NO_LEADER
             ]
             self._note(f"operator: unclean election (longest log) for offline {offline}")
+            self._unclean_elected = True
             await self.engine.elect_leaders(election_type=ElectionType.UNCLEAN, partitions=offline)
         await self._until(self._all_led, "every partition led after recovery")
         # A new leader's HW may lag its log until its followers fetched (KIP-207): the
