@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import os
+import random
 import shutil
 from collections.abc import Coroutine
 from pathlib import Path
