@@ -7,9 +7,10 @@ partition's open batch of the `RecordAccumulator` and returns a `FutureRecordMet
 `FutureBatchMetadata`. The `Sender` task (`client.sender`) drains ready batches, sends
 them and applies the PURE response policy (`client.produce_policy`); idempotence
 bookkeeping is `client.sequences`; `client.producer_runtime` connects and starts the
-sender and waits for metadata or buffer space when an append lacks them. Retriable errors are retried with back-off until
-`delivery_timeout_ms`, refreshing metadata first when the error says the leader moved;
-definite errors fail only the affected batch's records.
+sender and waits for metadata or buffer space when an append lacks them. Retriable
+errors are retried with back-off until `delivery_timeout_ms`, refreshing metadata first
+when the error says the leader moved; definite errors fail only the affected batch's
+records.
 
 Idempotence (default with acks=all): a producer id and epoch from `InitProducerId`, a
 sequence per partition, at most `max_in_flight_requests_per_connection` (<= 5) batches
