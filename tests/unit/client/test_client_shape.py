@@ -19,10 +19,10 @@ CLIENT = ROOT / "client"
 MAX_FACADE_LINES = 500
 FACADES = ("producer.py", "consumer.py")
 MAX_CLASS_LINES = 300
-#: Classes still over the limit, each with the reason; an entry that is no longer over
-#: the limit fails `test_exemptions_are_still_needed` so it is removed.
-CLASS_EXEMPTIONS: Mapping[tuple[str, str], str] = {
-    ("client/group.py", "GroupMember"): "split under issue 20 (consumer groups), not issue 16",
+#: Classes still over the limit, each with the most lines it may keep and why (so it
+#: cannot grow meanwhile). Drop an entry once its class is split.
+CLASS_EXEMPTIONS: Mapping[tuple[str, str], tuple[int, str]] = {
+    ("client/group.py", "GroupMember"): (407, "split under issue 20 (consumer groups)"),
 }
 
 
@@ -116,10 +116,10 @@ def test_no_client_class_spans_more_than_300_lines() -> None:
     assert too_long == []
 
 
-def test_exemptions_are_still_needed() -> None:
-    for (file, name), reason in CLASS_EXEMPTIONS.items():
+def test_exempted_classes_do_not_grow() -> None:
+    for (file, name), (most_lines, reason) in CLASS_EXEMPTIONS.items():
         span = class_spans(ROOT / file).get(name, 0)
-        assert span > MAX_CLASS_LINES, f"{file}: {name} ({reason}) is {span} lines: drop it"
+        assert span <= most_lines, f"{file}: {name} ({reason}) grew to {span} lines"
 
 
 def test_client_has_no_import_cycles() -> None:
