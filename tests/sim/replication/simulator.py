@@ -41,12 +41,11 @@ import random
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import grpc.aio
 import msgspec
 
 from controller.config import ControllerConfig
@@ -54,26 +53,19 @@ from controller.engine import ControllerEngine
 from controller.model import NO_LEADER
 from controller.state_machine import ElectionType, NewTopic
 from minikafka.errors import ErrorCode
-from minikafka.record_batch import build_batch, decode_records
-from minikafka.v1 import broker_pb2
 from tests.chaos.checker import UNCLEAN_EXPECTED, CheckResult, check
-from tests.chaos.history import History, Op, key_of
+from tests.chaos.history import History, Op
 from tests.sim.replication.cluster import CONTROLLER_ADDRESS, SimBroker, SimController
+from tests.sim.replication.nemesis import Nemesis
 from tests.sim.replication.network import Network
 from tests.sim.replication.vloop import SimClock, SimulationStuckError, VirtualTimeLoop
+from tests.sim.replication.workload import ACKS1_TOPIC, TOPIC, Workload
 
-#: acks=all writes go to TOPIC, acks=1 writes to ACKS1_TOPIC: an acks=1 write may be lost
-#: (and its offset reused) when its leader fails, which the checker must not confuse
-#: with a loss of acknowledged acks=all writes, so the two are judged apart.
-TOPIC = "t"
-ACKS1_TOPIC = "t1"
 REPLICATION_FACTOR = 3
 MIN_INSYNC = 2
 SETTLE_MS_MAX = 30_000
 #: After recovery, how long a partition may stay offline before the operator steps in.
 OFFLINE_GRACE_MS = 5000
-PRODUCE_TIMEOUT_MS = 1500
-FINAL_READ_ATTEMPTS = 200
 
 
 class Violation(AssertionError):
@@ -185,16 +177,16 @@ class Simulation:
         self.result: CheckResult | None = None
         self._loop: VirtualTimeLoop | None = None
         self._errors: list[str] = []
-        self._unclean_elected = False
-        self._side_tasks: set[asyncio.Future[None]] = set()
+        #: Set when an unclean election elected a leader: its losses are then allowed.
+        self.unclean_elected = False
+        self.workload = Workload(self)
+        self.nemesis = Nemesis(self)
         self.topics = [TOPIC] + ([ACKS1_TOPIC] if self.params.acks_all_share < 1 else [])
         self.partition_keys = [
             (topic, partition)
             for topic in self.topics
             for partition in range(self.params.partitions)
         ]
-        self._crashes = 0
-        self._faults = 0
 
     # ---- driving a run ---------------------------------------------------------------------
 
@@ -231,11 +223,11 @@ class Simulation:
         loop.run_until_complete(loop.shutdown_asyncgens())
         loop.close()
 
-    def _note(self, text: str) -> None:
+    def note(self, text: str) -> None:
         assert self._loop is not None
         self.schedule.append(f"{int(self._loop.time() * 1000):>7} ms  {text}")
 
-    def _violation(self, problem: str) -> Violation:
+    def violation(self, problem: str) -> Violation:
         return Violation(
             f"{problem}\nseed {self.seed}: replay with MINIKAFKA_SIM_SEED={self.seed}\n"
             f"params: {self.params}\nfault schedule:\n" + "\n".join(self.schedule)
@@ -278,7 +270,7 @@ class Simulation:
             for broker_id in range(1, params.brokers + 1)
         ]
         for broker in self.brokers:
-            self._start(broker)
+            self.start_broker(broker)
         await self._until(self._all_unfenced, "every broker registered and unfenced")
         created = await self.engine.create_topics(
             topics=[
@@ -296,18 +288,16 @@ class Simulation:
         await self._until(self._all_led, "every partition led")
 
         stop = asyncio.Event()
-        self._values = iter(range(1, 1 << 62))
-        self._acknowledged = 0
-        self._read = 0
+        workload = self.workload
         producers = [
-            asyncio.ensure_future(self._producer(number, stop))
+            asyncio.ensure_future(workload.producer(number, stop))
             for number in range(1, params.producers + 1)
         ]
         consumers = [
-            asyncio.ensure_future(self._consumer(topic, partition, stop))
+            asyncio.ensure_future(workload.consumer(topic, partition, stop))
             for topic, partition in self.partition_keys
         ]
-        nemesis = asyncio.ensure_future(self._nemesis())
+        nemesis = asyncio.ensure_future(self.nemesis.run())
         await asyncio.sleep(params.chaos_ms / 1000)
         nemesis.cancel()
         await asyncio.wait({nemesis})
@@ -315,24 +305,24 @@ class Simulation:
         await asyncio.sleep(0.5)
         stop.set()
         await asyncio.wait(producers + consumers)
-        await self._final_polls()
+        await workload.final_polls()
         self.ops = history.ops
         result = self._judge(self.ops)
         self.result = result
         if self._errors:
-            raise self._violation("process errors:\n" + "\n".join(self._errors))
+            raise self.violation("process errors:\n" + "\n".join(self._errors))
         if not result.valid:
-            raise self._violation(result.to_text())
+            raise self.violation(result.to_text())
         assert self._loop is not None
         return RunStats(
             seed=self.seed,
             virtual_ms=int(self._loop.time() * 1000),
             events=self._loop.jumps,
             messages=network.messages,
-            acknowledged=self._acknowledged,
-            read=self._read,
-            faults=self._faults,
-            crashes=self._crashes,
+            acknowledged=workload.acknowledged,
+            read=workload.read,
+            faults=self.nemesis.faults,
+            crashes=self.nemesis.crashes,
         )
 
     def _judge(self, ops: list[Op]) -> CheckResult:
@@ -340,7 +330,7 @@ class Simulation:
         unless an unclean election ran), then on the acks=1 topic (loss allowed, but no
         read of a value never sent or definitely failed, nor above the HW)."""
         strict = check(
-            _only_topic(ops, TOPIC), expected=UNCLEAN_EXPECTED if self._unclean_elected else ()
+            _only_topic(ops, TOPIC), expected=UNCLEAN_EXPECTED if self.unclean_elected else ()
         )
         if not strict.valid or ACKS1_TOPIC not in self.topics:
             return strict
@@ -365,7 +355,7 @@ class Simulation:
                 return
             await asyncio.sleep(0.05)
         state = self.engine.state
-        raise self._violation(
+        raise self.violation(
             f"not reached within {SETTLE_MS_MAX} ms: {what}"
             + "".join(f"\n{error}" for error in self._errors)
             + "".join(f"\n  {key}: {state.partitions.get(key)}" for key in self.partition_keys)
@@ -382,8 +372,8 @@ class Simulation:
         return all(
             p is not None
             and p.leader != NO_LEADER
-            and self._broker(p.leader).alive
-            and self._leads(self._broker(p.leader), key)
+            and self.broker(p.leader).alive
+            and self._leads(self.broker(p.leader), key)
             for key, p in parts
         )
 
@@ -393,7 +383,7 @@ class Simulation:
             registration = state.partitions.get(key)
             if registration is None or registration.leader == NO_LEADER:
                 return False
-            inner = self._broker(registration.leader).broker
+            inner = self.broker(registration.leader).broker
             if inner is None or not hasattr(inner, "replicas"):
                 return False
             partition = inner.replicas.partitions.get(key)
@@ -401,7 +391,7 @@ class Simulation:
                 return False
         return True
 
-    def _broker(self, broker_id: int) -> SimBroker:
+    def broker(self, broker_id: int) -> SimBroker:
         return self.brokers[broker_id - 1]
 
     @staticmethod
@@ -412,7 +402,7 @@ class Simulation:
         partition = inner.replicas.partitions.get(key)
         return partition is not None and partition.role.value == "leader"
 
-    def _start(self, broker: SimBroker) -> None:
+    def start_broker(self, broker: SimBroker) -> None:
         broker.start()
         main = broker._main
         assert main is not None
@@ -425,262 +415,13 @@ class Simulation:
 
     # ---- the workload --------------------------------------------------------------------
 
-    def _leader_address(self, topic: str, partition: int) -> str | None:
-        """Where a client would send: the leader in a random live broker's metadata."""
-        alive = [b for b in self.brokers if b.alive and b.broker is not None]
-        if not alive:
-            return None
-        broker = self.rng.choice(alive).broker
-        assert broker is not None
-        for info in broker.metadata.partitions_of(topic):
-            if info.partition == partition and info.leader >= 0:
-                return self._broker(info.leader).address
-        return None
-
-    async def _producer(self, number: int, stop: asyncio.Event) -> None:
-        params = self.params
-        history = self.history
-        source = f"producer-{number}"
-        while not stop.is_set():
-            await asyncio.sleep(self.rng.randint(1, params.produce_interval_ms) / 1000)
-            partition = self.rng.randrange(params.partitions)
-            acks_all = self.rng.random() < params.acks_all_share
-            topic = TOPIC if acks_all else ACKS1_TOPIC
-            address = self._leader_address(topic, partition)
-            if address is None:
-                continue
-            value = next(self._values)
-            key = key_of(topic, partition)
-            op = history.invoke(
-                number, "send", [["send", key, value]], acks="all" if acks_all else "1"
-            )
-            request = broker_pb2.ProduceRequest(acks=-1 if acks_all else 1, timeout_ms=1000)
-            request.partitions.add(
-                topic=topic,
-                partition=partition,
-                records=build_batch([(self.clock.wall_ms(), None, str(value).encode(), None)]),
-                current_leader_epoch=-1,
-            )
-            try:
-                response = await self.network.unary(
-                    source, address, "BrokerService", "Produce", request, PRODUCE_TIMEOUT_MS / 1000
-                )
-            except grpc.aio.AioRpcError as error:
-                history.complete(op, "info", [["send", key, value]], error=error.code().name)
-                continue
-            assert isinstance(response, broker_pb2.ProduceResponse)
-            answer = response.partitions[0]
-            if answer.error_code == ErrorCode.NONE:
-                self._acknowledged += 1
-                history.complete(op, "ok", [["send", key, [answer.base_offset, value]]])
-            else:
-                history.complete(
-                    op,
-                    "info" if answer.indefinite else "fail",
-                    [["send", key, value]],
-                    error=ErrorCode(answer.error_code).name,
-                )
-
-    async def _fetch(
-        self, source: str, topic: str, partition: int, offset: int, *, final: bool = False
-    ) -> tuple[list[list[int]], int] | None:
-        """(offset, value) pairs from `offset` and the HW, from the leader; None: no answer.
-
-        A consumer asks the leader some broker's metadata names (maybe an old one, still
-        serving its own HW). The final polls ask the controller's leader, fenced by its
-        leader epoch: they must see everything committed."""
-        leader_epoch = -1
-        if final:
-            registration = self.engine.state.partitions.get((topic, partition))
-            if registration is None or registration.leader == NO_LEADER:
-                return None
-            address: str | None = self._broker(registration.leader).address
-            leader_epoch = registration.leader_epoch
-        else:
-            address = self._leader_address(topic, partition)
-        if address is None:
-            return None
-        request = broker_pb2.FetchRequest(max_wait_ms=50, min_bytes=1, max_bytes=1 << 20)
-        request.partitions.add(
-            topic=topic,
-            partition=partition,
-            fetch_offset=offset,
-            current_leader_epoch=leader_epoch,
-            last_fetched_epoch=-1,
-            partition_max_bytes=1 << 20,
-        )
-        try:
-            response = await self.network.unary(
-                source, address, "BrokerService", "Fetch", request, 1
-            )
-        except grpc.aio.AioRpcError:
-            return None
-        assert isinstance(response, broker_pb2.FetchResponse)
-        answer = response.partitions[0]
-        if answer.error_code != ErrorCode.NONE:
-            return None
-        pairs: list[list[int]] = []
-        records = answer.records
-        position = 0
-        while position < len(records):
-            header, rows = decode_records(memoryview(records)[position:])
-            for index, row in enumerate(rows):
-                record_offset = header.base_offset + index
-                if record_offset >= offset and row[2] is not None:
-                    pairs.append([record_offset, int(row[2])])
-            position += header.size
-        return pairs, answer.high_watermark
-
-    async def _consumer(self, topic: str, partition: int, stop: asyncio.Event) -> None:
-        history = self.history
-        key = key_of(topic, partition)
-        process = source = f"consumer-{key}"
-        position = 0
-        while not stop.is_set():
-            fetched = await self._fetch(source, topic, partition, position)
-            if fetched is None or not fetched[0]:
-                await asyncio.sleep(0.02)
-                continue
-            pairs, hw = fetched
-            op = history.invoke(process, "poll", [["poll"]])
-            history.complete(op, "ok", [["poll", {key: pairs}]], hw={key: hw})
-            self._read += len(pairs)
-            position = pairs[-1][0] + 1
-
-    async def _final_polls(self) -> None:
-        history = self.history
-        history.meta(final_poll_targets=[key_of(*key) for key in self.partition_keys])
-        for topic, partition in self.partition_keys:
-            key = key_of(topic, partition)
-            pairs: list[list[int]] = []
-            position = 0
-            hw = -1
-            for _ in range(FINAL_READ_ATTEMPTS):
-                fetched = await self._fetch(f"final-{key}", topic, partition, position, final=True)
-                if fetched is None:
-                    await asyncio.sleep(0.05)
-                    continue
-                more, hw = fetched
-                pairs += more
-                if more:
-                    position = more[-1][0] + 1
-                if position >= hw:
-                    break
-            else:
-                raise self._violation(f"final polls could not read {key} up to its HW")
-            op = history.invoke(f"final-{key}", "poll", [["poll"]])
-            history.complete(op, "ok", [["poll", {key: pairs}]], hw={key: hw}, final=True)
-
-    # ---- the nemesis -----------------------------------------------------------------------
-
-    def _down(self) -> list[SimBroker]:
-        return [b for b in self.brokers if not b.alive]
-
-    async def _nemesis(self) -> None:
-        params = self.params
-        max_down = 1 if params.brokers == 3 else 2
-        wiped = False
-        actions = ["crash", "power-loss", "cut", "cut-one-way", "pause", "preferred"]
-        if params.unclean_elections:
-            actions.append("unclean")
-        if params.wipes:
-            actions.append("wipe")
-        while True:
-            low = params.fault_interval_ms // 2
-            await asyncio.sleep(self.rng.randint(low, params.fault_interval_ms * 3 // 2) / 1000)
-            action = self.rng.choice(actions)
-            self._faults += 1
-            up = [b for b in self.brokers if b.alive and not b.paused]
-            if action in ("crash", "power-loss", "wipe"):
-                if action == "wipe" and wiped:
-                    continue
-                if len(self._down()) >= max_down or not up:
-                    continue
-                victim = self.rng.choice(up)
-                if action == "wipe":
-                    wiped = True
-                await self._crash(victim, power_loss=action != "crash", wipe=action == "wipe")
-                restart_ms = self.rng.randint(50, 1500)
-                self._side(self._restart_later(victim, restart_ms))
-            elif action in ("cut", "cut-one-way"):
-                names = [self.controller.name] + [b.name for b in self.brokers]
-                source, target = self.rng.sample(names, 2)
-                self.network.set_cut(source, target, True)
-                if action == "cut":
-                    self.network.set_cut(target, source, True)
-                arrow = "->" if action == "cut-one-way" else "<->"
-                self._note(f"cut {source} {arrow} {target}")
-                self._side(
-                    self._heal_later(source, target, self.rng.randint(100, 2000), action == "cut")
-                )
-            elif action == "pause":
-                if not up:
-                    continue
-                victim = self.rng.choice(up)
-                victim.pause()
-                self._note(f"pause {victim.name}")
-                self._side(self._resume_later(victim, self.rng.randint(50, 1500)))
-            elif action == "preferred":
-                self._note("preferred election")
-                await self.engine.elect_leaders(
-                    election_type=ElectionType.PREFERRED, partitions=None
-                )
-            elif action == "unclean":
-                self._note("unclean election")
-                before = {key: part.leader for key, part in self.engine.state.partitions.items()}
-                outcomes = await self.engine.elect_leaders(
-                    election_type=ElectionType.UNCLEAN, partitions=None
-                )
-                for outcome in outcomes:
-                    key = (outcome.topic, outcome.partition)
-                    if (
-                        outcome.error is ErrorCode.NONE
-                        and outcome.leader != NO_LEADER
-                        and before.get(key) == NO_LEADER
-                    ):
-                        self._unclean_elected = True
-                        self._note(f"  unclean: {key} led by broker {outcome.leader}")
-
-    def _side(self, work: Coroutine[Any, Any, None]) -> None:
-        """A delayed nemesis step (restart, heal, resume), kept until it ran."""
-        task = asyncio.ensure_future(work)
-        self._side_tasks.add(task)
-        task.add_done_callback(self._side_tasks.discard)
-
-    async def _crash(self, broker: SimBroker, *, power_loss: bool, wipe: bool) -> None:
-        self._crashes += 1
-        kind = "wipe" if wipe else "power loss" if power_loss else "crash"
-        self._note(f"{kind} {broker.name}")
-        self.history.nemesis(kind, broker=broker.broker_id)
-        await broker.crash(wipe=wipe, lose_unsynced=power_loss)
-        if power_loss:
-            broker.new_boot()
-
-    async def _restart_later(self, broker: SimBroker, delay_ms: int) -> None:
-        await asyncio.sleep(delay_ms / 1000)
-        if not broker.alive:
-            self._note(f"restart {broker.name}")
-            self._start(broker)
-
-    async def _heal_later(self, source: str, target: str, delay_ms: int, both: bool) -> None:
-        await asyncio.sleep(delay_ms / 1000)
-        self.network.set_cut(source, target, False)
-        if both:
-            self.network.set_cut(target, source, False)
-        self._note(f"heal {source} {target}")
-
-    async def _resume_later(self, broker: SimBroker, delay_ms: int) -> None:
-        await asyncio.sleep(delay_ms / 1000)
-        broker.resume()
-        self._note(f"resume {broker.name}")
-
     async def _recover(self) -> None:
-        self._note("recovery: lossless network, every broker up")
+        self.note("recovery: lossless network, every broker up")
         self.network.quiet()
         for broker in self.brokers:
             broker.resume()
             if not broker.alive:
-                self._start(broker)
+                self.start_broker(broker)
         if not await self._within(OFFLINE_GRACE_MS, self._all_led):
             # Every replica of a partition lost power (or one was wiped) at some point: with
             # eligible leader replicas it stays offline until an operator's unclean election
@@ -692,8 +433,8 @@ class Simulation:
                 if (part := self.engine.state.partitions.get(key)) is not None
                 and part.leader == NO_LEADER
             ]
-            self._note(f"operator: unclean election (longest log) for offline {offline}")
-            self._unclean_elected = True
+            self.note(f"operator: unclean election (longest log) for offline {offline}")
+            self.unclean_elected = True
             await self.engine.elect_leaders(election_type=ElectionType.UNCLEAN, partitions=offline)
         await self._until(self._all_led, "every partition led after recovery")
         # A new leader's HW may lag its log until its followers fetched (KIP-207): the

@@ -25,12 +25,12 @@ from broker.replica.isr_reporter import IsrReporter
 from broker.replica.partition import Partition
 from controller.dispatcher import Dispatcher
 from tests.sim.replication.simulator import (
-    TOPIC,
     Simulation,
     Violation,
     params_for,
     timed_runs,
 )
+from tests.sim.replication.workload import TOPIC
 
 #: Seeds per normal test run. Measured on the shared 2-core box: 100 runs in 38 s (157
 #: seeds/min, ~7,500 events/s; each run is 4-12 simulated seconds of a 3-5 broker cluster

@@ -1,0 +1,129 @@
+"""The simulation's nemesis: crashes, power losses, wipes, pauses, link cuts (one-way
+too) and elections, drawn from the run's generator and written to its fault schedule."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any
+
+from controller.model import NO_LEADER
+from controller.state_machine import ElectionType
+from minikafka.errors import ErrorCode
+from tests.sim.replication.cluster import SimBroker
+
+if TYPE_CHECKING:
+    from tests.sim.replication.simulator import Simulation
+
+
+class Nemesis:
+    def __init__(self, sim: Simulation) -> None:
+        self.sim = sim
+        self.faults = 0
+        self.crashes = 0
+        self._side_tasks: set[asyncio.Future[None]] = set()
+
+    def _down(self) -> list[SimBroker]:
+        return [b for b in self.sim.brokers if not b.alive]
+
+    async def run(self) -> None:
+        params = self.sim.params
+        max_down = 1 if params.brokers == 3 else 2
+        wiped = False
+        actions = ["crash", "power-loss", "cut", "cut-one-way", "pause", "preferred"]
+        if params.unclean_elections:
+            actions.append("unclean")
+        if params.wipes:
+            actions.append("wipe")
+        while True:
+            low = params.fault_interval_ms // 2
+            await asyncio.sleep(self.sim.rng.randint(low, params.fault_interval_ms * 3 // 2) / 1000)
+            action = self.sim.rng.choice(actions)
+            self.faults += 1
+            up = [b for b in self.sim.brokers if b.alive and not b.paused]
+            if action in ("crash", "power-loss", "wipe"):
+                if action == "wipe" and wiped:
+                    continue
+                if len(self._down()) >= max_down or not up:
+                    continue
+                victim = self.sim.rng.choice(up)
+                if action == "wipe":
+                    wiped = True
+                await self._crash(victim, power_loss=action != "crash", wipe=action == "wipe")
+                restart_ms = self.sim.rng.randint(50, 1500)
+                self._side(self._restart_later(victim, restart_ms))
+            elif action in ("cut", "cut-one-way"):
+                names = [self.sim.controller.name] + [b.name for b in self.sim.brokers]
+                source, target = self.sim.rng.sample(names, 2)
+                self.sim.network.set_cut(source, target, True)
+                if action == "cut":
+                    self.sim.network.set_cut(target, source, True)
+                arrow = "->" if action == "cut-one-way" else "<->"
+                self.sim.note(f"cut {source} {arrow} {target}")
+                self._side(
+                    self._heal_later(
+                        source, target, self.sim.rng.randint(100, 2000), action == "cut"
+                    )
+                )
+            elif action == "pause":
+                if not up:
+                    continue
+                victim = self.sim.rng.choice(up)
+                victim.pause()
+                self.sim.note(f"pause {victim.name}")
+                self._side(self._resume_later(victim, self.sim.rng.randint(50, 1500)))
+            elif action == "preferred":
+                self.sim.note("preferred election")
+                await self.sim.engine.elect_leaders(
+                    election_type=ElectionType.PREFERRED, partitions=None
+                )
+            elif action == "unclean":
+                self.sim.note("unclean election")
+                before = {
+                    key: part.leader for key, part in self.sim.engine.state.partitions.items()
+                }
+                outcomes = await self.sim.engine.elect_leaders(
+                    election_type=ElectionType.UNCLEAN, partitions=None
+                )
+                for outcome in outcomes:
+                    key = (outcome.topic, outcome.partition)
+                    if (
+                        outcome.error is ErrorCode.NONE
+                        and outcome.leader != NO_LEADER
+                        and before.get(key) == NO_LEADER
+                    ):
+                        self.sim.unclean_elected = True
+                        self.sim.note(f"  unclean: {key} led by broker {outcome.leader}")
+
+    def _side(self, work: Coroutine[Any, Any, None]) -> None:
+        """A delayed nemesis step (restart, heal, resume), kept until it ran."""
+        task = asyncio.ensure_future(work)
+        self._side_tasks.add(task)
+        task.add_done_callback(self._side_tasks.discard)
+
+    async def _crash(self, broker: SimBroker, *, power_loss: bool, wipe: bool) -> None:
+        self.crashes += 1
+        kind = "wipe" if wipe else "power loss" if power_loss else "crash"
+        self.sim.note(f"{kind} {broker.name}")
+        self.sim.history.nemesis(kind, broker=broker.broker_id)
+        await broker.crash(wipe=wipe, lose_unsynced=power_loss)
+        if power_loss:
+            broker.new_boot()
+
+    async def _restart_later(self, broker: SimBroker, delay_ms: int) -> None:
+        await asyncio.sleep(delay_ms / 1000)
+        if not broker.alive:
+            self.sim.note(f"restart {broker.name}")
+            self.sim.start_broker(broker)
+
+    async def _heal_later(self, source: str, target: str, delay_ms: int, both: bool) -> None:
+        await asyncio.sleep(delay_ms / 1000)
+        self.sim.network.set_cut(source, target, False)
+        if both:
+            self.sim.network.set_cut(target, source, False)
+        self.sim.note(f"heal {source} {target}")
+
+    async def _resume_later(self, broker: SimBroker, delay_ms: int) -> None:
+        await asyncio.sleep(delay_ms / 1000)
+        broker.resume()
+        self.sim.note(f"resume {broker.name}")
