@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 from types import ModuleType
+from typing import Any
 
 import msgspec
 import pytest
@@ -22,8 +23,10 @@ import controller.state_machine
 from broker.log.partition_log import PartitionLog
 from broker.replica.fetcher import ReplicaFetcher
 from broker.replica.isr_reporter import IsrReporter
+from broker.replica.manager import ProduceResult, ReplicaManager
 from broker.replica.partition import Partition
 from controller.dispatcher import Dispatcher
+from minikafka.errors import ErrorCode
 from tests.sim.replication.simulator import (
     Simulation,
     Violation,
@@ -36,8 +39,10 @@ from tests.sim.replication.workload import TOPIC
 #: seeds/min, ~7,500 events/s; each run is 4-12 simulated seconds of a 3-5 broker cluster
 #: under faults), 30-60 s depending on load: inside the 2-minute budget with the canary.
 SEED_COUNT = 100
-#: A safety rule switched off must be caught within this many seeds.
+#: A safety rule switched off must be caught within this many seeds (the unsafe HW is
+#: caught at seed 0; hole 3 at seed 11, then 27 and 36).
 CANARY_SEEDS = 20
+HOLE3_CANARY_SEEDS = 40
 
 
 def _seed_range() -> range:
@@ -128,13 +133,13 @@ def _bound(module: ModuleType, name: str) -> object:
     return vars(module)[name]
 
 
-def _first_violation(**options: object) -> tuple[int, Violation]:
-    for seed in range(CANARY_SEEDS):
+def _first_violation(*, seeds: int = CANARY_SEEDS, **options: object) -> tuple[int, Violation]:
+    for seed in range(seeds):
         try:
             Simulation(seed, **options).run()  # type: ignore[arg-type]
         except Violation as violation:
             return seed, violation
-    pytest.fail(f"the broken rule survived {CANARY_SEEDS} seeds: the simulation is blind to it")
+    pytest.fail(f"the broken rule survived {seeds} seeds: the simulation is blind to it")
 
 
 def test_canary_unsafe_high_watermark_is_caught(capsys: pytest.CaptureFixture[str]) -> None:
@@ -147,3 +152,30 @@ def test_canary_unsafe_high_watermark_is_caught(capsys: pytest.CaptureFixture[st
     assert "fault schedule:" in text
     with capsys.disabled():
         print(f"\ncanary unsafe_test_hw_is_leo: caught at seed {seed}")
+
+
+def test_canary_definite_answer_after_append_is_caught(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Hole 3 of the replication-safety issue with its fix reverted: a produce that failed
+    after its append (a parked acks=all request answered NOT_LEADER_OR_FOLLOWER when the
+    leadership moved) is answered as a definite failure, as before the fix only timeouts
+    and NOT_ENOUGH_REPLICAS_AFTER_APPEND were indefinite; the new leader still commits the
+    batch, so a consumer reads a write its producer was told failed (G1a)."""
+    produce = ReplicaManager.produce
+    still_indefinite = (ErrorCode.REQUEST_TIMED_OUT, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND)
+
+    async def pre_fix_produce(self: ReplicaManager, **request: Any) -> list[ProduceResult]:
+        results = await produce(self, **request)
+        return [
+            msgspec.structs.replace(result, indefinite=False)
+            if result.indefinite and result.error_code not in still_indefinite
+            else result
+            for result in results
+        ]
+
+    monkeypatch.setattr(ReplicaManager, "produce", pre_fix_produce)
+    seed, violation = _first_violation(seeds=HOLE3_CANARY_SEEDS)
+    assert "G1a" in str(violation)
+    with capsys.disabled():
+        print(f"\ncanary hole 3 (definite answer after append): caught at seed {seed}")
