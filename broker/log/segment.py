@@ -229,7 +229,7 @@ class LogSegment:
     # ----------------------------------------------------------------- writing
     def append(
         self,
-        buffers: Sequence[bytes | memoryview],
+        buffers: Sequence[bytes | bytearray | memoryview],
         batches: Sequence[tuple[int, int, int]],
         *,
         index_interval_bytes: int,
@@ -265,9 +265,11 @@ class LogSegment:
             self._max_timestamp_ms = largest
         self.size = start + total
 
-    def _write_rest(self, buffers: Sequence[bytes | memoryview], written: int, start: int) -> None:
+    def _write_rest(
+        self, buffers: Sequence[bytes | bytearray | memoryview], written: int, start: int
+    ) -> None:
         """Finish a short `pwritev` (rare: signals, huge requests)."""
-        pending: list[bytes | memoryview] = [b for b in buffers if len(b)]
+        pending: list[bytes | bytearray | memoryview] = [b for b in buffers if len(b)]
         position = start + written
         while True:
             while pending and written >= len(pending[0]):

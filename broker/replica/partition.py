@@ -103,7 +103,14 @@ from broker.replica.truncation import (
 )
 from broker.topic_settings import TopicSettings
 from minikafka.errors import ErrorCode, MiniKafkaError
-from minikafka.record_batch import BatchHeader, CorruptBatchError, iter_batches
+from minikafka.record_batch import (
+    F_PRODUCER_ID,
+    BatchHeader,
+    CorruptBatchError,
+    header_from_fields,
+    iter_batches,
+    scan_batches,
+)
 
 logger = logging.getLogger(__name__)
 state_change_logger = logging.getLogger("minikafka.state_change")
@@ -255,15 +262,22 @@ class Partition:
             self.snapshot_producer_state()
 
     def _check_sequences(self, records: bytes) -> list[BatchHeader]:
-        """Check idempotent batches before appending; raises on a duplicate or a gap."""
+        """Check idempotent batches before appending; raises on a duplicate or a gap.
+
+        Returns the headers of the idempotent batches, with their offsets relative to
+        the first batch (`record_count` sums), for `_record_appended`."""
         try:
-            headers = [header for _, header in iter_batches(records, verify_crc=False)]
+            scanned = scan_batches(records, verify_crc=False)
         except CorruptBatchError:
             return []  # the log's validation reports it precisely
+        if all(fields[F_PRODUCER_ID] == NO_PRODUCER_ID for _, fields in scanned):
+            return []  # no idempotent batch: nothing to check or remember
+        headers = [header_from_fields(fields) for _, fields in scanned]
         tentative = dict(self.producers)
         next_offset = 0  # relative; only sequences matter here
         for header in headers:
             if header.producer_id == NO_PRODUCER_ID:
+                next_offset += header.record_count
                 continue
             check = check_batch(
                 tentative.get(header.producer_id),
@@ -718,8 +732,10 @@ class Partition:
                     # leader would count it towards the HW): drop it, fetch it again.
                     self.log.truncate_to(end_before)
                 raise
-            for _, header in iter_batches(records, verify_crc=False):
-                _remember(self.producers, header, header.base_offset)
+            for _, fields in scan_batches(records, verify_crc=False):
+                if fields[F_PRODUCER_ID] != NO_PRODUCER_ID:
+                    header = header_from_fields(fields)
+                    _remember(self.producers, header, header.base_offset)
             self._snapshot_after_roll()
         if leader_log_start_offset > self.log.log_start_offset:
             self.log.maybe_increment_log_start_offset(
