@@ -46,8 +46,11 @@ class BenchCluster:
         log_level: str = "INFO",
         controllers: int = 1,
         tls: bool = False,
+        broker_env: dict[str, str] | None = None,
     ) -> None:
         self.data_dir = data_dir
+        #: Extra environment of the broker processes (the stage trace switch).
+        self.broker_env = dict(broker_env or {})
         self.tls = tls
         self.certs: dict[str, CertPaths] = {}
         self.log_level = log_level
@@ -138,7 +141,11 @@ class BenchCluster:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                env=dict(os.environ, PYTHONUNBUFFERED="1"),
+                env=dict(
+                    os.environ,
+                    PYTHONUNBUFFERED="1",
+                    **(self.broker_env if name.startswith("broker") else {}),
+                ),
                 start_new_session=True,
             )
         self.procs[name] = proc

@@ -488,7 +488,9 @@ class Broker:
             await asyncio.sleep(tick_ms / 1000)
             now = self.clock.monotonic_ms()
             try:
-                logs.flush_due(self.clock.wall_ms())
+                # fsyncs (a rolled 64 MiB segment takes 100+ ms on a busy disk) must not
+                # stall the loop: PartitionLog and FileBudget are safe from a thread.
+                await asyncio.to_thread(logs.flush_due, self.clock.wall_ms())
                 if now >= next_checkpoint:
                     logs.checkpoint()
                     next_checkpoint = now + config.checkpoint_interval_ms

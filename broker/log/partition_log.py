@@ -24,6 +24,7 @@ from typing import Final
 import msgspec
 
 from broker.log.checkpoint import TMP_SUFFIX, fsync_dir
+from broker.log.checkpoint import atomic_write as checkpoint_write
 from broker.log.config import LogConfig
 from broker.log.epoch_cache import CHECKPOINT_NAME, LeaderEpochCache
 from broker.log.errors import (
@@ -212,6 +213,8 @@ class PartitionLog:
         self.high_watermark = high_watermark
         self.recovery_point = recovery_point
         self._lock = threading.RLock()
+        #: Rolled segments whose index is written by the next flush, off the append path.
+        self._index_pending: list[LogSegment] = []
         self._unflushed_messages = 0
         self._first_unflushed_ms = -1
         self._dir_dirty = False
@@ -492,10 +495,11 @@ class PartitionLog:
             self._roll(now_ms)
 
     def _roll(self, now_ms: int) -> None:
-        """Close the active segment (persist its index) and start one at the LEO."""
+        """Close the active segment and start one at the LEO. The closed segment's index
+        is written by the next flush (`_persist_rolled_indexes`), as its fsync is: an
+        append never waits for the disk (a missing index is rebuilt at recovery)."""
         old = self._segments[-1]
         try:
-            old.index.persist()
             segment = LogSegment(
                 self.directory,
                 self.log_end_offset,
@@ -507,6 +511,7 @@ class PartitionLog:
             old.idle()
         except OSError as exc:
             raise LogStorageError(f"{self.name}: cannot roll segment: {exc}") from exc
+        self._index_pending.append(old)
         self._segments.append(segment)
         self._bases.append(segment.base_offset)
         self._dir_dirty = True
@@ -814,7 +819,14 @@ class PartitionLog:
                 end = self._segments[-1].base_offset
                 dirty = [s for s in self._segments[:-1] if s.dirty]
             dir_dirty, self._dir_dirty = self._dir_dirty, False
+            indexes = [
+                (segment, segment.index.encoded(), segment.truncations)
+                for segment in self._index_pending
+                if not segment.closed and segment is not self._segments[-1]
+            ]
+            self._index_pending = []
         try:
+            self._persist_rolled_indexes(indexes)
             for segment in dirty:
                 try:
                     segment.flush()
@@ -832,6 +844,24 @@ class PartitionLog:
         with self._lock:
             self.recovery_point = max(self.recovery_point, min(end, self.log_end_offset))
 
+    def _persist_rolled_indexes(self, indexes: list[tuple[LogSegment, bytes, int]]) -> None:
+        """Write the indexes of rolled segments (taken under the lock) outside it; one
+        whose segment was cut or closed meanwhile is stale and removed again."""
+        for segment, data, truncations in indexes:
+            try:
+                checkpoint_write(segment.index.path, data)
+            except OSError:
+                with self._lock:
+                    self._index_pending.append(segment)
+                raise
+            with self._lock:
+                if (
+                    segment.truncations != truncations
+                    or segment.closed
+                    or segment is self._segments[-1]
+                ):
+                    segment.index.discard_file()
+
     def maybe_flush(self, now_ms: int) -> bool:
         """Flush if `flush_messages` or `flush_ms` says so; True if it flushed.
 
@@ -842,7 +872,7 @@ class PartitionLog:
         if self._flush_policy_due(now_ms):
             self.flush()
             return True
-        if any(s.dirty for s in self._segments[:-1]):
+        if self._index_pending or any(s.dirty for s in self._segments[:-1]):
             self._flush(whole_log=False)
             return True
         return False

@@ -112,6 +112,8 @@ class LogSegment:
         self._max_timestamp_ms: int | None = None if self.size else -1
         self._bytes_since_index_entry = 0
         self._dirty = False
+        #: Times the file was cut (an index written from an older copy is then stale).
+        self.truncations = 0
 
     # ----------------------------------------------------------------- reading
     def read_at(self, position: int, size: int) -> bytes:
@@ -304,6 +306,7 @@ class LogSegment:
     def truncate_to_position(self, position: int) -> None:
         """Cut the file at `position` (a batch boundary) and drop index entries past it."""
         os.ftruncate(self._descriptor(), position)
+        self.truncations += 1
         self.size = position
         self.index.truncate_to_position(position)
         self.index.discard_file()

@@ -26,6 +26,7 @@ from broker.replica.isr import AlterPartitionItem
 from broker.replica.partition import DuplicateBatchError, FailedAfterAppendError, Partition, Role
 from broker.replica.transitions import LeaderAndIsrPartition, check_leader_epoch
 from broker.topic_settings import TopicSettings, resolve_topic_settings
+from minikafka import stage_trace
 from minikafka.errors import ErrorCode, MiniKafkaError
 
 logger = logging.getLogger(__name__)
@@ -256,6 +257,8 @@ class ReplicaManager:
                 for item in items
             ]
         now_ms = self._clock.wall_ms()
+        trace = stage_trace.TRACE
+        received_ns = trace.now_ns() if trace is not None else 0
         results: list[ProduceResult] = []
         # (result index, partition, offset the HW must reach, leader epoch of the append)
         waits: list[tuple[int, Partition, int, int]] = []
@@ -302,6 +305,15 @@ class ReplicaManager:
                     )
                 )
                 continue
+            if trace is not None:
+                trace.record(
+                    "append",
+                    item.topic,
+                    item.partition,
+                    info.first_offset,
+                    info.last_offset + 1,
+                    received_ns,
+                )
             if acks == -1:
                 waits.append(
                     (len(results), partition, info.last_offset + 1, partition.leader_epoch)
@@ -334,6 +346,9 @@ class ReplicaManager:
                         error_message=_wait_error_message(code, timeout_ms),
                         indefinite=True,
                     )
+            if trace is not None:
+                for _, partition, end, _ in waits:
+                    trace.record("resp", partition.topic, partition.partition, end)
         return results
 
     # ---- fetch -----------------------------------------------------------------
@@ -356,7 +371,13 @@ class ReplicaManager:
         """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(0, max_wait_ms) / 1000
+        trace = stage_trace.TRACE if replica_id is not None else None
         if replica_id is not None:
+            if trace is not None:
+                for item in items:
+                    trace.record(
+                        "ffetch", item.topic, item.partition, replica_id, item.fetch_offset
+                    )
             self._record_follower_fetches(items, replica_id, replica_epoch)
         while True:
             results, total_bytes, watched = self._read_all(
@@ -365,6 +386,12 @@ class ReplicaManager:
             remaining = deadline - loop.time()
             errors = any(result.error_code is not ErrorCode.NONE for result in results)
             if total_bytes >= max(1, min_bytes) or errors or remaining <= 0 or not watched:
+                if trace is not None and replica_id is not None:
+                    for item, result in zip(items, results, strict=True):
+                        if result.records:
+                            trace.record(
+                                "fsend", item.topic, item.partition, replica_id, item.fetch_offset
+                            )
                 return results
             # One shared future per partition (never cancelled: other waiters use it);
             # our shields are dropped as soon as one fires or the wait times out.

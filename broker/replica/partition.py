@@ -102,6 +102,7 @@ from broker.replica.truncation import (
     truncation_point,
 )
 from broker.topic_settings import TopicSettings
+from minikafka import stage_trace
 from minikafka.errors import ErrorCode, MiniKafkaError
 from minikafka.record_batch import (
     F_PRODUCER_ID,
@@ -563,6 +564,8 @@ class Partition:
         self.state = advanced
         if advanced.high_watermark > self.log.high_watermark:
             self.log.update_high_watermark(advanced.high_watermark)
+            if stage_trace.TRACE is not None:
+                stage_trace.TRACE.record("hw", self.topic, self.partition, advanced.high_watermark)
 
     def record_follower_fetch(
         self, replica_id: int, fetch_offset: int, *, broker_epoch: int
