@@ -57,7 +57,7 @@ def test_stages_follow_the_follower_the_hw_waited_for(stage: str, expected_ms: f
 
 
 def test_stage_means_add_up_to_the_end_to_end_mean() -> None:
-    records = [(offset, (6 - offset / 10) * MS, 20 * MS) for offset in range(10)]
+    records = [(offset, int((6 - offset / 10) * MS), 20 * MS) for offset in range(10)]
     result = analyze("t", EVENTS, records)
     total = sum(s.mean_ms for s in result.stages if s.stage != RESPONSE_STAGE)
     mean = sum(20 - (6 - offset / 10) for offset in range(10)) / 10
