@@ -846,7 +846,7 @@ class PartitionLog:
 
     def _persist_rolled_indexes(self, indexes: list[tuple[LogSegment, bytes, int]]) -> None:
         """Write the indexes of rolled segments (taken under the lock) outside it; one
-        whose segment was cut or closed meanwhile is stale and removed again."""
+        whose segment was cut or deleted meanwhile is stale and removed again."""
         for segment, data, truncations in indexes:
             try:
                 checkpoint_write(segment.index.path, data)
@@ -857,9 +857,11 @@ class PartitionLog:
             with self._lock:
                 if (
                     segment.truncations != truncations
-                    or segment.closed
                     or segment is self._segments[-1]
+                    or (segment.closed and not segment.log_path.exists())
                 ):
+                    # Cut, active again, or deleted (retention) meanwhile; a segment
+                    # closed by a clean shutdown keeps it (the same entries).
                     segment.index.discard_file()
 
     def maybe_flush(self, now_ms: int) -> bool:

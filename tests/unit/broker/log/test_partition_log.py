@@ -421,3 +421,27 @@ def test_an_index_taken_before_a_truncation_is_not_left_on_disk(tmp_path: Path) 
     log._persist_rolled_indexes(taken)
     assert not first.index.path.exists()
     assert log.log_end_offset == 1
+
+
+@pytest.mark.parametrize(
+    ("meanwhile", "kept"),
+    [
+        pytest.param("deleted", False, id="deleted-by-retention-no-orphan-index"),
+        pytest.param("closed", True, id="closed-cleanly-keeps-the-same-index"),
+    ],
+)
+def test_an_index_written_after_its_segment_went_away(
+    tmp_path: Path, meanwhile: str, kept: bool
+) -> None:
+    config = msgspec.structs.replace(SMALL, segment_bytes=600)
+    log = open_log(tmp_path / "orders-0", config)
+    for i in range(4):
+        log.append_as_leader(batch(1, value_bytes=200, tag=i), leader_epoch=0, now_ms=0)
+    first = log._segments[0]
+    taken = [(first, first.index.encoded(), first.truncations)]
+    if meanwhile == "deleted":
+        first.delete_files()
+    else:
+        log.close()
+    log._persist_rolled_indexes(taken)
+    assert first.index.path.exists() is kept
