@@ -8,7 +8,8 @@ TLS and mutual TLS on every listener and link (its own 3-broker cluster, the sam
 workload; reported as TLS ÷ plaintext); open-loop end-to-end
 latency at 10 k rec/s and at 10/50/80 % of the measured RF=3 acks=all 1 KiB maximum
 (`latency_load.png`); the per-stage breakdown of the 10 k rec/s acks=all latency on a
-cluster whose brokers trace their stages (`benchmarks.breakdown`); failover (kill -9 and SIGSTOP of the leader, kill -9 of the active controller; own
+cluster whose brokers trace their stages (`benchmarks.breakdown`); failover (kill -9 and
+SIGSTOP of the leader, kill -9 of the active controller; own
 cluster with a quorum of three controllers); Redis Streams and NATS JetStream R3 driven from
 Python. Each measurement runs in a fresh spawned process: a warm-up and three runs, median
 reported. Writes results.json and PNG plots to --out.

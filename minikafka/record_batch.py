@@ -507,6 +507,49 @@ def scan_batches(
     return found
 
 
+def stamp_all_in_place(
+    buf: bytearray,
+    scanned: Sequence[tuple[int, HeaderFields]],
+    *,
+    first_offset: int,
+    leader_epoch: int,
+    log_append_time_ms: int | None = None,
+) -> list[tuple[int, int, int]]:
+    """`stamp_in_place` for every batch of a validated record set (`scan_batches`), with
+    consecutive base offsets from `first_offset`, in one loop (the leader's append path).
+
+    Returns `(position, base offset, max timestamp)` of each batch (the broker's
+    timestamp for LogAppendTime); the next offset is the last base offset + its count.
+    """
+    if log_append_time_ms is not None:
+        stamped: list[tuple[int, int, int]] = []
+        offset = first_offset
+        for pos, fields in scanned:
+            stamp_in_place(
+                buf,
+                pos,
+                fields,
+                base_offset=offset,
+                leader_epoch=leader_epoch,
+                log_append_time_ms=log_append_time_ms,
+            )
+            stamped.append((pos, offset, log_append_time_ms))
+            offset += fields[13]
+        return stamped
+    pack = _PREFIX.pack
+    pack_crc = _U32.pack_into
+    crc = _crc
+    batches: list[tuple[int, int, int]] = []
+    offset = first_offset
+    for pos, fields in scanned:
+        prefix = pack(offset, fields[1], leader_epoch, MAGIC)
+        buf[pos : pos + _HEADER_CRC_POS] = prefix
+        pack_crc(buf, pos + _HEADER_CRC_POS, crc(prefix))
+        batches.append((pos, offset, fields[9]))
+        offset += fields[13]
+    return batches
+
+
 def stamp_in_place(
     buf: bytearray,
     pos: int,

@@ -57,7 +57,7 @@ from minikafka.record_batch import (
     decode_rows,
     fields_content_problem,
     scan_batches,
-    stamp_in_place,
+    stamp_all_in_place,
 )
 
 logger = logging.getLogger(__name__)
@@ -381,23 +381,16 @@ class PartitionLog:
         with self._lock:
             self._check_open()
             self._maybe_roll(len(stamped), now_ms)
-            first_offset = offset = self.log_end_offset
-            batches: list[tuple[int, int, int]] = []
-            max_timestamp_ms = -1
-            for pos, fields in headers:
-                stamp_in_place(
-                    stamped,
-                    pos,
-                    fields,
-                    base_offset=offset,
-                    leader_epoch=leader_epoch,
-                    log_append_time_ms=append_time_ms,
-                )
-                timestamp_ms = now_ms if log_append_time else fields[F_MAX_TIMESTAMP]
-                batches.append((pos, offset, timestamp_ms))
-                if timestamp_ms > max_timestamp_ms:
-                    max_timestamp_ms = timestamp_ms
-                offset += fields[F_RECORD_COUNT]
+            first_offset = self.log_end_offset
+            batches = stamp_all_in_place(
+                stamped,
+                headers,
+                first_offset=first_offset,
+                leader_epoch=leader_epoch,
+                log_append_time_ms=append_time_ms,
+            )
+            offset = batches[-1][1] + headers[-1][1][F_RECORD_COUNT]
+            max_timestamp_ms = max(max(b[2] for b in batches), -1)
             self._write([stamped], batches)
             self.epoch_cache.assign(leader_epoch, first_offset)
             record_count = offset - first_offset
