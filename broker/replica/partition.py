@@ -267,8 +267,8 @@ class Partition:
     def _check_sequences(self, records: bytes) -> list[BatchHeader]:
         """Check idempotent batches before appending; raises on a duplicate or a gap.
 
-        Returns the headers of the idempotent batches, with their offsets relative to
-        the first batch (`record_count` sums), for `_record_appended`."""
+        Returns every batch's header for `_record_appended` (which counts offsets over
+        all of them), or [] when no batch is idempotent (nothing to remember)."""
         try:
             scanned = scan_batches(records, verify_crc=False)
         except CorruptBatchError:
