@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -31,12 +32,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from client.consumer import AsyncConsumer
-from client.errors import CommitFailedError
+from client.errors import CommitFailedError, NoBrokersAvailable
 from client.group import ConsumerRebalanceListener
 from client.records import TopicPartition
 
 #: Upper bound on one poll's wait; the loop checks for SIGTERM between polls.
 POLL_TIMEOUT_MS = 200
+#: How long a worker keeps trying to reach a broker at its start.
+START_TIMEOUT_S = 30.0
 
 
 class EventLog:
@@ -94,26 +97,17 @@ async def run(args: argparse.Namespace) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
-    consumer = AsyncConsumer(
-        bootstrap_servers=args.bootstrap.split(","),
-        group_id=args.group,
-        client_id=args.name,
-        auto_offset_reset="earliest",
-        enable_auto_commit=False,
-        session_timeout_ms=args.session_timeout_ms,
-        max_poll_interval_ms=args.max_poll_interval_ms,
-        fetch_max_wait_ms=100,
-        request_timeout_ms=args.request_timeout_ms,
-        retry_backoff_ms=100,
-        **json.loads(args.client_config),
-    )
+    consumer = await started(args, stop)
+    if consumer is None:
+        log.write("stop")
+        log.close()
+        return
 
     def refresh() -> None:
         member = consumer._group
         if member is not None:
             log.member_id, log.epoch = member.member_id, member.epoch
 
-    await consumer.start()
     refresh()
     log.write("start")
     consumer.subscribe([args.topic], listener=LoggingListener(log, refresh))
@@ -134,6 +128,39 @@ async def run(args: argparse.Namespace) -> None:
         refresh()
         log.write("stop")
         log.close()
+
+
+async def started(args: argparse.Namespace, stop: asyncio.Event) -> AsyncConsumer | None:
+    """A started consumer; tried again while no broker answers (a loaded machine or a
+    broker being restarted), for at most `START_TIMEOUT_S`. None: stopped meanwhile."""
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while not stop.is_set():
+        consumer = new_consumer(args)
+        try:
+            await consumer.start()
+            return consumer
+        except NoBrokersAvailable:  # `start` closed what it had opened
+            if time.monotonic() > deadline:
+                raise
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=0.2)
+    return None
+
+
+def new_consumer(args: argparse.Namespace) -> AsyncConsumer:
+    return AsyncConsumer(
+        bootstrap_servers=args.bootstrap.split(","),
+        group_id=args.group,
+        client_id=args.name,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        session_timeout_ms=args.session_timeout_ms,
+        max_poll_interval_ms=args.max_poll_interval_ms,
+        fetch_max_wait_ms=100,
+        request_timeout_ms=args.request_timeout_ms,
+        retry_backoff_ms=100,
+        **json.loads(args.client_config),
+    )
 
 
 async def commit(consumer: AsyncConsumer, log: EventLog, refresh: Any) -> None:
