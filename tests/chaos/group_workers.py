@@ -27,6 +27,8 @@ SESSION_TIMEOUT_MS = 3000
 #: The coordinator's heartbeat interval in the group scenarios (broker setting).
 HEARTBEAT_INTERVAL_MS = 250
 STOP_TIMEOUT_S = 20.0
+#: Bytes of a log's end read to find its last commit event.
+TAIL_BYTES = 4096
 
 
 class WorkerProcess:
@@ -197,6 +199,22 @@ class GroupWorkers:
             what=f"{self.group} stable over {sorted(members)}: {self.owners()}",
         )
         return time.monotonic() - started
+
+    def commit_in_flight(self) -> bool:
+        """A running worker's last logged commit event is an invoke: a commit is on its way
+        (reads only the tail of each log)."""
+        for worker in self.live.values():
+            if worker.paused or not worker.log.exists():
+                continue
+            with worker.log.open("rb") as log:
+                log.seek(max(0, log.seek(0, os.SEEK_END) - TAIL_BYTES))
+                tail = log.read().decode(errors="replace").splitlines()
+            for line in reversed(tail[1:]):
+                if '"event": "commit"' in line:
+                    if '"type": "invoke"' in line:
+                        return True
+                    break
+        return False
 
     def processed(self) -> set[tuple[str, int]]:
         return {

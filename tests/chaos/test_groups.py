@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from minikafka.v1 import broker_pb2
-from tests.chaos.group_checker import GroupCheckResult, check_group
+from tests.chaos.group_checker import GroupCheckResult, check_group, commits
 from tests.chaos.group_workers import SESSION_TIMEOUT_MS, GroupWorkers
 from tests.chaos.harness import Run, seeds
 from tests.chaos.workload import Workload
@@ -186,6 +186,8 @@ def test_g02_coordinator_killed_during_commits(run: Run, seed: int, members: Gro
     for _ in range(2):
         coordinator = coordinator_of(cluster, GROUP)
         ok_before = count_commits(members, "ok")
+        # Kill it the moment a member's log shows a commit on its way.
+        wait_until(members.commit_in_flight, timeout_s=30, interval_s=0.002, what="a commit")
         cluster.kill(coordinator)
         moved = coordinator_of(cluster, GROUP)
         assert moved != coordinator
@@ -206,6 +208,16 @@ def test_g02_coordinator_killed_during_commits(run: Run, seed: int, members: Gro
     members.wait_stable(["w1", "w2", "w3"])
     result = finish(run, members)
     assert result.stats["commits_ok"] > 0, result.stats
+    print(f"G02: commits in flight at the coordinator's kills: {in_flight_at_kills(run, members)}")
+
+
+def in_flight_at_kills(run: Run, members: GroupWorkers) -> list[int]:
+    """For each broker kill, how many commits were sent before it and answered after."""
+    every = commits(members.events(), run.history.ops)
+    kills = [
+        op["time"] for op in run.history.ops if op.get("f") == "nemesis" and op["value"] == "kill"
+    ]
+    return [sum(1 for c in every if c.invoke_ns < t <= c.done_ns) for t in kills]
 
 
 def count_commits(members: GroupWorkers, outcome: str) -> int:
