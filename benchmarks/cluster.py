@@ -20,6 +20,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 
 import grpc
@@ -46,8 +47,11 @@ class BenchCluster:
         log_level: str = "INFO",
         controllers: int = 1,
         tls: bool = False,
+        broker_args: Sequence[str] = (),
     ) -> None:
+        """`broker_args`: extra arguments of every broker (after the defaults)."""
         self.data_dir = data_dir
+        self.broker_args = list(broker_args)
         self.tls = tls
         self.certs: dict[str, CertPaths] = {}
         self.log_level = log_level
@@ -155,6 +159,7 @@ class BenchCluster:
             self.controller_address,
             "--data-dir",
             str(self.data_dir / f"broker-{broker_id}"),
+            *self.broker_args,
         ]
 
     def _controller_name(self, node_id: int) -> str:

@@ -7,9 +7,10 @@ with `send_batch`) and consumer catch-up on one 3-broker cluster; RF=3 acks=all 
 TLS and mutual TLS on every listener and link (its own 3-broker cluster, the same
 workload; reported as TLS ÷ plaintext); open-loop end-to-end
 latency; failover (kill -9 and SIGSTOP of the leader, kill -9 of the active controller; own
-cluster with a quorum of three controllers); Redis Streams and NATS JetStream R3 driven from
-Python. Each measurement runs in a fresh spawned process: a warm-up and three runs, median
-reported. Writes results.json and PNG plots to --out.
+cluster with a quorum of three controllers); consumer-group rebalance time when a member
+joins and leaves (`rebalance_bench`, own cluster, heartbeat interval 250 ms); Redis
+Streams and NATS JetStream R3 driven from Python. Each measurement runs in a fresh spawned
+process: a warm-up and three runs, median reported. Writes results.json and PNG plots to --out.
 
     python -m benchmarks [--quick] [--out benchmarks/results] [--skip peers,failover]
 
@@ -34,7 +35,7 @@ from pathlib import Path
 
 import msgspec
 
-from benchmarks import failover, grpc_baseline, peers, stats, workloads
+from benchmarks import failover, grpc_baseline, peers, rebalance_bench, stats, workloads
 from benchmarks.cluster import BenchCluster
 from benchmarks.harness import in_worker
 from benchmarks.report import (
@@ -46,7 +47,7 @@ from benchmarks.report import (
     write_json,
 )
 
-PARTS = ("storage", "grpc", "minikafka", "tls", "latency", "failover", "peers")
+PARTS = ("storage", "grpc", "minikafka", "tls", "latency", "failover", "rebalance", "peers")
 SIZES = (100, 1024)
 #: (label, replication factor, acks) of the producer cases.
 PRODUCE_CONFIGS: tuple[tuple[str, int, int | str], ...] = (
@@ -69,6 +70,7 @@ class Budget:
         self.latency_warmup_s = 0.5 if quick else 1.0
         self.latency_run_s = 0.5 if quick else 3.0
         self.failover_trials = 1 if quick else 5
+        self.rebalance_rounds = 2 if quick else 7
         self.storage_mib = 8 if quick else 64
 
 
@@ -338,6 +340,13 @@ def _failover(result: SuiteResult, budget: Budget, root: Path) -> None:
     result.failover.extend(in_worker(failover.run_failover, spec))
 
 
+def _rebalance(result: SuiteResult, budget: Budget, root: Path) -> None:
+    spec = rebalance_bench.RebalanceSpec(
+        rounds=budget.rebalance_rounds, data_dir=str(root / "rebalance")
+    )
+    result.rebalance.extend(in_worker(rebalance_bench.run_rebalance, spec))
+
+
 def _peers(result: SuiteResult, budget: Budget, root: Path) -> None:
     missing = peers.ensure_installed(["redis-server", "nats-server"])
     result.skipped.extend(f"{m} not installed (needs root and apt-get)" for m in missing)
@@ -447,6 +456,8 @@ def main(argv: list[str] | None = None) -> int:
         steps.append(("TLS", lambda root: _tls(result, budget, root)))
     if "failover" in parts:
         steps.append(("failover", lambda root: _failover(result, budget, root)))
+    if "rebalance" in parts:
+        steps.append(("rebalance", lambda root: _rebalance(result, budget, root)))
     if "peers" in parts:
         steps.append(("peers", lambda root: _peers(result, budget, root)))
 
