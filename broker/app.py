@@ -332,6 +332,7 @@ class Broker:
                 num_partitions=config.offsets_topic_num_partitions,
                 replication_factor=config.offsets_topic_replication_factor,
                 commit_timeout_ms=config.offsets_commit_timeout_ms,
+                compaction_min_records=config.offsets_compaction_min_records,
             ),
             clock=self.clock,
             group_config=GroupConfig(

@@ -7,7 +7,8 @@ log and keeps the loaded state.
 - **Topic**: created on first FindCoordinator with `offsets.topic.num.partitions`
   partitions, replication factor min(`offsets.topic.replication.factor`, live brokers),
   `min.insync.replicas` 2 when that is 3 or more, and `retention.ms=-1` (minikafka does
-  not compact, so commits are kept by never deleting segments). Once created, the topic's
+  not compact: commits are kept by never deleting segments by age, and `compactor` moves
+  the log start past what a snapshot replaces). Once created, the topic's
   real partition count is what places groups; the setting is not read again.
 - **Coordinator**: this broker coordinates the groups of the `__consumer_offsets`
   partitions it leads. Each request checks leadership (NOT_COORDINATOR otherwise).
@@ -18,6 +19,10 @@ log and keeps the loaded state.
 - **Membership** (the pure `Group`) is appended the same way after every heartbeat that
   changed more than deadlines, before it is answered; loading replays it and restarts the
   members' deadlines. Heartbeats of one group are serialised by a lock.
+- **Compaction** (`compactor`): every append passes the partition's gate; once a
+  partition holds `compaction_min_records` records and more than twice its live keys, a
+  snapshot of its live keys is appended and its log start offset moved to it, so a load
+  replays the live state and what came since, not the whole history.
 - **Commits** are appended as one batch with acks=all and answered once the high
   watermark covers them; only then do they enter the loaded state (a later append of the
   same key wins there as in the log). An append error is mapped by `commit_error`.
@@ -33,6 +38,7 @@ from typing import Protocol
 import msgspec
 
 from broker.clock import Clock
+from broker.group.compactor import AppendGate, compact, read_pairs
 from broker.group.membership import (
     check_offset_commit,
     check_offset_fetch,
@@ -55,6 +61,7 @@ from broker.group.offsets import (
     OffsetRecord,
     Offsets,
     commit_error,
+    compaction_due,
     coordinator_partition,
     encode_commit,
     encode_group,
@@ -62,16 +69,13 @@ from broker.group.offsets import (
     replay_groups,
 )
 from broker.metadata_cache import MetadataCache
-from broker.replica.manager import ProduceItem, ReplicaManager
+from broker.replica.manager import ProduceItem, ProduceResult, ReplicaManager
 from broker.replica.partition import Partition
 from minikafka.errors import ErrorCode, MiniKafkaError, code_from_wire
-from minikafka.record_batch import build_batch, decode_records, iter_batches
+from minikafka.record_batch import build_batch
 from minikafka.v1 import controller_pb2
 
 logger = logging.getLogger(__name__)
-
-#: Bytes read from the log per step of a load (the task yields between steps).
-LOAD_READ_BYTES = 1 << 20
 
 
 class TopicCreator(Protocol):
@@ -86,6 +90,9 @@ class OffsetsTopicSettings(msgspec.Struct, frozen=True, kw_only=True):
     num_partitions: int = 50
     replication_factor: int = 3
     commit_timeout_ms: int = 5_000
+    #: A partition is compacted once it holds this many records and more than twice its
+    #: live keys (`offsets.compaction_due`).
+    compaction_min_records: int = 10_000
 
 
 class Refusal(msgspec.Struct, frozen=True):
@@ -128,6 +135,14 @@ class _Loaded:
         #: (group, partition) -> log offset of the commit in `offsets` made by this leader.
         self.commit_offsets: dict[tuple[str, TopicPartition], int] = {}
         self.task: asyncio.Task[None] | None = None
+        #: Every append passes it; a compaction closes it (`compactor`).
+        self.gate = AppendGate()
+        self.compaction: asyncio.Task[None] | None = None
+
+    def live_keys(self) -> int:
+        return sum(len(parts) for parts in self.offsets.values()) + sum(
+            1 for group in self.persisted.values() if group is not None
+        )
 
 
 class GroupCoordinator:
@@ -238,17 +253,8 @@ class GroupCoordinator:
         ]
         pairs = [encode_commit(group_id, tp, record) for tp, record in stamped]
         batch = build_batch([(now_ms, key, value, None) for key, value in pairs])
-        [result] = await self._replicas.produce(
-            acks=-1,
-            timeout_ms=timeout_ms or self._settings.commit_timeout_ms,
-            items=[
-                ProduceItem(
-                    topic=OFFSETS_TOPIC,
-                    partition=index,
-                    records=batch,
-                    current_leader_epoch=loaded.leader_epoch,
-                )
-            ],
+        result = await self._append(
+            loaded, partition, index, batch, timeout_ms or self._settings.commit_timeout_ms
         )
         if result.error_code is not ErrorCode.NONE:
             return Refusal(commit_error(result.error_code), result.error_message)
@@ -291,7 +297,7 @@ class GroupCoordinator:
         found = self._serving(group_id)
         if isinstance(found, Refusal):
             return HeartbeatResult(error=int(found.code), message=found.message)
-        loaded, _, index = found
+        loaded, partition, index = found
         async with loaded.locks.setdefault(group_id, asyncio.Lock()):
             if self._loaded.get(index) is not loaded:
                 return HeartbeatResult(
@@ -318,7 +324,7 @@ class GroupCoordinator:
             # or a commit from an old incarnation could match a new member epoch.
             durable = without_deadlines(group)
             if durable != loaded.persisted.get(group_id):
-                refusal = await self._persist(loaded, index, group_id, durable)
+                refusal = await self._persist(loaded, partition, index, group_id, durable)
                 if refusal is not None:
                     return HeartbeatResult(error=int(refusal.code), message=refusal.message)
                 loaded.persisted[group_id] = durable
@@ -327,24 +333,69 @@ class GroupCoordinator:
             return result
 
     async def _persist(
-        self, loaded: _Loaded, index: int, group_id: str, group: Group | None
+        self, loaded: _Loaded, partition: Partition, index: int, group_id: str, group: Group | None
     ) -> Refusal | None:
         key, value = encode_group(group_id, group)
-        [result] = await self._replicas.produce(
-            acks=-1,
-            timeout_ms=self._settings.commit_timeout_ms,
-            items=[
-                ProduceItem(
-                    topic=OFFSETS_TOPIC,
-                    partition=index,
-                    records=build_batch([(self._clock.wall_ms(), key, value, None)]),
-                    current_leader_epoch=loaded.leader_epoch,
-                )
-            ],
+        result = await self._append(
+            loaded,
+            partition,
+            index,
+            build_batch([(self._clock.wall_ms(), key, value, None)]),
+            self._settings.commit_timeout_ms,
         )
         if result.error_code is not ErrorCode.NONE:
             return Refusal(commit_error(result.error_code), result.error_message)
         return None
+
+    async def _append(
+        self, loaded: _Loaded, partition: Partition, index: int, records: bytes, timeout_ms: int
+    ) -> ProduceResult:
+        """Append to the group's partition with acks=all through its gate (waiting while a
+        compaction runs); a success may start a compaction."""
+        async with loaded.gate.append():
+            [result] = await self._replicas.produce(
+                acks=-1,
+                timeout_ms=timeout_ms,
+                items=[
+                    ProduceItem(
+                        topic=OFFSETS_TOPIC,
+                        partition=index,
+                        records=records,
+                        current_leader_epoch=loaded.leader_epoch,
+                    )
+                ],
+            )
+        if result.error_code is ErrorCode.NONE:
+            self._maybe_compact(loaded, partition, index)
+        return result
+
+    def _maybe_compact(self, loaded: _Loaded, partition: Partition, index: int) -> None:
+        log = partition.log
+        due = compaction_due(
+            records_in_log=log.log_end_offset - log.log_start_offset,
+            live_keys=loaded.live_keys(),
+            min_records=self._settings.compaction_min_records,
+        )
+        if not due or loaded.compaction is not None or self._loaded.get(index) is not loaded:
+            return
+
+        async def run() -> None:
+            try:
+                await compact(
+                    replicas=self._replicas,
+                    partition=partition,
+                    index=index,
+                    leader_epoch=loaded.leader_epoch,
+                    gate=loaded.gate,
+                    timeout_ms=self._settings.commit_timeout_ms,
+                    now_ms=self._clock.wall_ms(),
+                )
+            except (MiniKafkaError, OSError):
+                logger.exception("compacting %s-%d failed", OFFSETS_TOPIC, index)
+            finally:
+                loaded.compaction = None
+
+        loaded.compaction = asyncio.create_task(run(), name=f"compact-{OFFSETS_TOPIC}-{index}")
 
     def metrics(self) -> GroupSnapshot:
         """The groups of the partitions this broker leads and has loaded, their members and
@@ -430,7 +481,7 @@ class GroupCoordinator:
         found = self._serving(group_id)
         if isinstance(found, Refusal):
             return found
-        loaded, _, index = found
+        loaded, partition, index = found
         group = self._group(loaded, group_id)
         if group is not None and group.members:
             return Refusal(
@@ -447,17 +498,12 @@ class GroupCoordinator:
         if not tombstones:  # known only in memory: nothing to write
             loaded.groups.pop(group_id, None)
             return None
-        [result] = await self._replicas.produce(
-            acks=-1,
-            timeout_ms=timeout_ms or self._settings.commit_timeout_ms,
-            items=[
-                ProduceItem(
-                    topic=OFFSETS_TOPIC,
-                    partition=index,
-                    records=build_batch([(now_ms, key, value, None) for key, value in tombstones]),
-                    current_leader_epoch=loaded.leader_epoch,
-                )
-            ],
+        result = await self._append(
+            loaded,
+            partition,
+            index,
+            build_batch([(now_ms, key, value, None) for key, value in tombstones]),
+            timeout_ms or self._settings.commit_timeout_ms,
         )
         if result.error_code is not ErrorCode.NONE:
             return Refusal(commit_error(result.error_code), result.error_message)
@@ -512,17 +558,7 @@ class GroupCoordinator:
 
     async def _replay_log(self, partition: Partition, loaded: _Loaded) -> None:
         log = partition.log
-        offset, end = log.log_start_offset, log.log_end_offset
-        pairs: list[tuple[bytes | None, bytes | None]] = []
-        while offset < end:
-            chunk = log.read(offset, max_bytes=LOAD_READ_BYTES, max_offset=end).records
-            if not chunk:
-                break
-            for position, header in iter_batches(chunk):
-                _, rows = decode_records(chunk[position : position + header.size])
-                pairs.extend((key, value) for _, key, value, _ in rows)
-                offset = header.next_offset
-            await asyncio.sleep(0)  # let other requests run between steps
+        pairs = await read_pairs(partition, log.log_start_offset, log.log_end_offset)
         loaded.offsets = replay({}, pairs)
         now_ms = self._clock.monotonic_ms()
         for group_id, group in replay_groups({}, pairs).items():
@@ -538,7 +574,9 @@ class GroupCoordinator:
         )
 
     async def close(self) -> None:
-        tasks = [t for t in (lo.task for lo in self._loaded.values()) if t is not None]
+        tasks = [
+            t for lo in self._loaded.values() for t in (lo.task, lo.compaction) if t is not None
+        ]
         if self._creating is not None:
             tasks.append(self._creating)
         for task in tasks:

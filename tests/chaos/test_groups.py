@@ -16,6 +16,7 @@ briefly (not fenced), with a stable assignment awaited after each step.
 G02: the coordinator's broker (leader of the group's `__consumer_offsets` partition) is
 kill -9'd while every member commits after each poll, twice; commits go to the new
 coordinator once it has replayed the partition, and the killed broker comes back.
+In both the offsets partition is compacted every few dozen commits (`BROKER_ARGS`).
 """
 
 from __future__ import annotations
@@ -39,11 +40,15 @@ pytestmark = pytest.mark.chaos
 TOPIC = "g"
 GROUP = "chaos-group"
 PARTITIONS = 6
+#: A low compaction threshold: the group's `__consumer_offsets` partition is compacted
+#: every few dozen commits, so the faults also hit snapshots and moved log starts.
 BROKER_ARGS = [
     "--group-consumer-heartbeat-interval-ms",
     "250",
     "--offsets-topic-num-partitions",
     "3",
+    "--offsets-compaction-min-records",
+    "50",
 ]
 #: A pause this long outlives the session timeout: the member is fenced while stopped.
 LONG_PAUSE_S = SESSION_TIMEOUT_MS / 1000 * 1.5
