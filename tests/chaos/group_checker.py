@@ -270,7 +270,7 @@ def check_group(
 
     every = commits(events, ops)
     _check_commits(every, by_owner, final_committed, found)
-    _check_resumes(every, first_of, found)
+    resumes_from_commits = _check_resumes(every, first_of, found)
 
     stats = {
         "intervals": len(intervals),
@@ -281,6 +281,8 @@ def check_group(
         "commits_refused": sum(1 for c in every if c.outcome == "fail"),
         "commits_unknown": sum(1 for c in every if c.outcome in ("info", "unknown")),
         "zombie_records": zombie_records,
+        "resumes_checked": len(first_of),
+        "resumes_from_commits": resumes_from_commits,
         "members": len({int(e["pid"]) for e in events}),
     }
     return GroupCheckResult(
@@ -334,7 +336,10 @@ def _check_resumes(
     every: Sequence[Commit],
     first_of: dict[Interval, Event],
     found: dict[str, list[dict[str, Any]]],
-) -> None:
+) -> int:
+    """Checks each first record of an ownership; returns how many of them were compared
+    with a committed offset (the others with offset 0: nothing committed yet)."""
+    from_commits = 0
     for interval, event in first_of.items():
         key, start = interval.key, interval.start_ns
         done = [
@@ -353,6 +358,7 @@ def _check_resumes(
             and (c.outcome in ("info", "unknown") or (c.outcome == "ok" and c.done_ns >= start))
         }
         allowed = {base} | {o for o in in_flight if o >= base}
+        from_commits += bool(done or in_flight)
         if int(event["offset"]) not in allowed:
             found["resume-mismatch"].append(
                 {
@@ -363,3 +369,4 @@ def _check_resumes(
                     "assigned_ns": start,
                 }
             )
+    return from_commits

@@ -99,6 +99,9 @@ def test_a_clean_handover_is_valid() -> None:
     assert result.valid, result.to_text()
     assert result.stats["distinct_records"] == 4
     assert result.stats["commits_ok"] == 2
+    # w1 started at 0 with nothing committed, w2 at w1's commit.
+    assert result.stats["resumes_checked"] == 2
+    assert result.stats["resumes_from_commits"] == 1
 
 
 def test_two_owners_at_once_are_concurrent_owners() -> None:

@@ -175,6 +175,11 @@ def test_g01_members_join_leave_crash_and_pause(run: Run, seed: int, members: Gr
     result = finish(run, members)
     assert result.stats["commits_ok"] > 0, result.stats
     assert result.stats["members"] >= 5, result.stats
+    # The scenario did what it says: partitions changed hands at committed offsets, and
+    # the member paused past its session timeout learnt it had lost its partitions.
+    assert result.stats["resumes_from_commits"] > 0, result.stats
+    lost = [e for e in members.events() if e["event"] == "lost" and e["name"] == frozen]
+    assert lost, f"{frozen} was never told it lost its partitions"
 
 
 @pytest.mark.timeout(240)
