@@ -1,7 +1,11 @@
-"""Keeps the replay of a `__consumer_offsets` partition bounded (shell): the append gate,
-reading a partition's records, and the compaction that snapshots its live keys.
+"""Keeps the replay of a `__consumer_offsets` partition bounded (shell): the appends of
+the coordinator to a partition, reading a partition's records, and the compaction that
+snapshots its live keys.
 
-Every append of the coordinator to one partition passes its `AppendGate`. A compaction
+Every append of the coordinator to one partition at one leader epoch goes through its
+`OffsetsAppender` (acks=all), which passes the `AppendGate` and, after a success, starts
+a compaction when `offsets.compaction_due` says so (one at a time; after a failed one,
+not again before `min_records` more records). A compaction
 closes the gate (new appends wait), waits for the appends in flight, replays the
 partition from its log start to its log end *from the log itself* (so a record whose
 append failed but may still commit is kept), appends the `offsets.snapshot` of that
@@ -18,12 +22,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
-from broker.group.offsets import OFFSETS_TOPIC, replay, replay_groups, snapshot
-from broker.replica.manager import ProduceItem, ReplicaManager
+from broker.group.offsets import OFFSETS_TOPIC, compaction_due, replay, replay_groups, snapshot
+from broker.replica.manager import ProduceItem, ProduceResult, ReplicaManager
 from broker.replica.partition import Partition
-from minikafka.errors import ErrorCode
+from minikafka.errors import ErrorCode, MiniKafkaError
 from minikafka.record_batch import build_batch, decode_records, iter_batches
 
 logger = logging.getLogger(__name__)
@@ -152,3 +156,84 @@ async def compact(
             first,
         )
         return first
+
+
+class OffsetsAppender:
+    """The coordinator's appends to one `__consumer_offsets` partition at one leader epoch,
+    and its compactions (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        replicas: ReplicaManager,
+        partition: Partition,
+        index: int,
+        leader_epoch: int,
+        min_records: int,
+        timeout_ms: int,
+        wall_ms: Callable[[], int],
+        live_keys: Callable[[], int],
+    ) -> None:
+        self._replicas = replicas
+        self._partition = partition
+        self._index = index
+        self._leader_epoch = leader_epoch
+        self._min_records = min_records
+        self._timeout_ms = timeout_ms
+        self._wall_ms = wall_ms
+        self._live_keys = live_keys
+        self.gate = AppendGate()
+        self.compaction: asyncio.Task[None] | None = None
+        #: After a failed compaction, the log end offset before which none is tried again.
+        self._retry_at = -1
+
+    async def append(self, records: bytes, timeout_ms: int) -> ProduceResult:
+        """Append one batch with acks=all (waiting while a compaction runs); a success may
+        start a compaction."""
+        async with self.gate.append():
+            [result] = await self._replicas.produce(
+                acks=-1,
+                timeout_ms=timeout_ms,
+                items=[
+                    ProduceItem(
+                        topic=OFFSETS_TOPIC,
+                        partition=self._index,
+                        records=records,
+                        current_leader_epoch=self._leader_epoch,
+                    )
+                ],
+            )
+        if result.error_code is ErrorCode.NONE:
+            self._maybe_compact()
+        return result
+
+    def _maybe_compact(self) -> None:
+        log = self._partition.log
+        due = compaction_due(
+            records_in_log=log.log_end_offset - log.log_start_offset,
+            live_keys=self._live_keys(),
+            min_records=self._min_records,
+        )
+        if due and self.compaction is None and log.log_end_offset >= self._retry_at:
+            self.compaction = asyncio.create_task(
+                self._compact(), name=f"compact-{OFFSETS_TOPIC}-{self._index}"
+            )
+
+    async def _compact(self) -> None:
+        moved: int | None = None
+        try:
+            moved = await compact(
+                replicas=self._replicas,
+                partition=self._partition,
+                index=self._index,
+                leader_epoch=self._leader_epoch,
+                gate=self.gate,
+                timeout_ms=self._timeout_ms,
+                now_ms=self._wall_ms(),
+            )
+        except (MiniKafkaError, OSError):
+            logger.exception("compacting %s-%d failed", OFFSETS_TOPIC, self._index)
+        finally:
+            self.compaction = None
+            if moved is None:
+                self._retry_at = self._partition.log.log_end_offset + self._min_records

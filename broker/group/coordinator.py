@@ -38,7 +38,7 @@ from typing import Protocol
 import msgspec
 
 from broker.clock import Clock
-from broker.group.compactor import AppendGate, compact, read_pairs
+from broker.group.compactor import OffsetsAppender, read_pairs
 from broker.group.membership import (
     check_offset_commit,
     check_offset_fetch,
@@ -61,7 +61,6 @@ from broker.group.offsets import (
     OffsetRecord,
     Offsets,
     commit_error,
-    compaction_due,
     coordinator_partition,
     encode_commit,
     encode_group,
@@ -69,7 +68,7 @@ from broker.group.offsets import (
     replay_groups,
 )
 from broker.metadata_cache import MetadataCache
-from broker.replica.manager import ProduceItem, ProduceResult, ReplicaManager
+from broker.replica.manager import ReplicaManager
 from broker.replica.partition import Partition
 from minikafka.errors import ErrorCode, MiniKafkaError, code_from_wire
 from minikafka.record_batch import build_batch
@@ -135,9 +134,9 @@ class _Loaded:
         #: (group, partition) -> log offset of the commit in `offsets` made by this leader.
         self.commit_offsets: dict[tuple[str, TopicPartition], int] = {}
         self.task: asyncio.Task[None] | None = None
-        #: Every append passes it; a compaction closes it (`compactor`).
-        self.gate = AppendGate()
-        self.compaction: asyncio.Task[None] | None = None
+        #: Every append to the partition at this epoch goes through it (set by the
+        #: coordinator when it starts loading).
+        self.appender: OffsetsAppender | None = None
 
     def live_keys(self) -> int:
         return sum(len(parts) for parts in self.offsets.values()) + sum(
@@ -253,8 +252,8 @@ class GroupCoordinator:
         ]
         pairs = [encode_commit(group_id, tp, record) for tp, record in stamped]
         batch = build_batch([(now_ms, key, value, None) for key, value in pairs])
-        result = await self._append(
-            loaded, partition, index, batch, timeout_ms or self._settings.commit_timeout_ms
+        result = await self._appender(loaded).append(
+            batch, timeout_ms or self._settings.commit_timeout_ms
         )
         if result.error_code is not ErrorCode.NONE:
             return Refusal(commit_error(result.error_code), result.error_message)
@@ -297,7 +296,7 @@ class GroupCoordinator:
         found = self._serving(group_id)
         if isinstance(found, Refusal):
             return HeartbeatResult(error=int(found.code), message=found.message)
-        loaded, partition, index = found
+        loaded, _, index = found
         async with loaded.locks.setdefault(group_id, asyncio.Lock()):
             if self._loaded.get(index) is not loaded:
                 return HeartbeatResult(
@@ -324,7 +323,7 @@ class GroupCoordinator:
             # or a commit from an old incarnation could match a new member epoch.
             durable = without_deadlines(group)
             if durable != loaded.persisted.get(group_id):
-                refusal = await self._persist(loaded, partition, index, group_id, durable)
+                refusal = await self._persist(loaded, group_id, durable)
                 if refusal is not None:
                     return HeartbeatResult(error=int(refusal.code), message=refusal.message)
                 loaded.persisted[group_id] = durable
@@ -332,14 +331,9 @@ class GroupCoordinator:
             self._store(loaded, group)
             return result
 
-    async def _persist(
-        self, loaded: _Loaded, partition: Partition, index: int, group_id: str, group: Group | None
-    ) -> Refusal | None:
+    async def _persist(self, loaded: _Loaded, group_id: str, group: Group | None) -> Refusal | None:
         key, value = encode_group(group_id, group)
-        result = await self._append(
-            loaded,
-            partition,
-            index,
+        result = await self._appender(loaded).append(
             build_batch([(self._clock.wall_ms(), key, value, None)]),
             self._settings.commit_timeout_ms,
         )
@@ -347,55 +341,10 @@ class GroupCoordinator:
             return Refusal(commit_error(result.error_code), result.error_message)
         return None
 
-    async def _append(
-        self, loaded: _Loaded, partition: Partition, index: int, records: bytes, timeout_ms: int
-    ) -> ProduceResult:
-        """Append to the group's partition with acks=all through its gate (waiting while a
-        compaction runs); a success may start a compaction."""
-        async with loaded.gate.append():
-            [result] = await self._replicas.produce(
-                acks=-1,
-                timeout_ms=timeout_ms,
-                items=[
-                    ProduceItem(
-                        topic=OFFSETS_TOPIC,
-                        partition=index,
-                        records=records,
-                        current_leader_epoch=loaded.leader_epoch,
-                    )
-                ],
-            )
-        if result.error_code is ErrorCode.NONE:
-            self._maybe_compact(loaded, partition, index)
-        return result
-
-    def _maybe_compact(self, loaded: _Loaded, partition: Partition, index: int) -> None:
-        log = partition.log
-        due = compaction_due(
-            records_in_log=log.log_end_offset - log.log_start_offset,
-            live_keys=loaded.live_keys(),
-            min_records=self._settings.compaction_min_records,
-        )
-        if not due or loaded.compaction is not None or self._loaded.get(index) is not loaded:
-            return
-
-        async def run() -> None:
-            try:
-                await compact(
-                    replicas=self._replicas,
-                    partition=partition,
-                    index=index,
-                    leader_epoch=loaded.leader_epoch,
-                    gate=loaded.gate,
-                    timeout_ms=self._settings.commit_timeout_ms,
-                    now_ms=self._clock.wall_ms(),
-                )
-            except (MiniKafkaError, OSError):
-                logger.exception("compacting %s-%d failed", OFFSETS_TOPIC, index)
-            finally:
-                loaded.compaction = None
-
-        loaded.compaction = asyncio.create_task(run(), name=f"compact-{OFFSETS_TOPIC}-{index}")
+    @staticmethod
+    def _appender(loaded: _Loaded) -> OffsetsAppender:
+        assert loaded.appender is not None, "set when the partition started loading"
+        return loaded.appender
 
     def metrics(self) -> GroupSnapshot:
         """The groups of the partitions this broker leads and has loaded, their members and
@@ -481,7 +430,7 @@ class GroupCoordinator:
         found = self._serving(group_id)
         if isinstance(found, Refusal):
             return found
-        loaded, partition, index = found
+        loaded, _, index = found
         group = self._group(loaded, group_id)
         if group is not None and group.members:
             return Refusal(
@@ -498,10 +447,7 @@ class GroupCoordinator:
         if not tombstones:  # known only in memory: nothing to write
             loaded.groups.pop(group_id, None)
             return None
-        result = await self._append(
-            loaded,
-            partition,
-            index,
+        result = await self._appender(loaded).append(
             build_batch([(now_ms, key, value, None) for key, value in tombstones]),
             timeout_ms or self._settings.commit_timeout_ms,
         )
@@ -538,6 +484,16 @@ class GroupCoordinator:
             if loaded is not None and loaded.task is not None:
                 loaded.task.cancel()
             loaded = _Loaded(partition.leader_epoch)
+            loaded.appender = OffsetsAppender(
+                replicas=self._replicas,
+                partition=partition,
+                index=index,
+                leader_epoch=partition.leader_epoch,
+                min_records=self._settings.compaction_min_records,
+                timeout_ms=self._settings.commit_timeout_ms,
+                wall_ms=self._clock.wall_ms,
+                live_keys=loaded.live_keys,
+            )
             self._loaded[index] = loaded
             loaded.task = asyncio.create_task(self._load(index, partition, loaded))
         if not loaded.done:
@@ -575,7 +531,10 @@ class GroupCoordinator:
 
     async def close(self) -> None:
         tasks = [
-            t for lo in self._loaded.values() for t in (lo.task, lo.compaction) if t is not None
+            t
+            for lo in self._loaded.values()
+            for t in (lo.task, lo.appender.compaction if lo.appender else None)
+            if t is not None
         ]
         if self._creating is not None:
             tasks.append(self._creating)
