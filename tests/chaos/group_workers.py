@@ -27,6 +27,8 @@ SESSION_TIMEOUT_MS = 3000
 #: The coordinator's heartbeat interval in the group scenarios (broker setting).
 HEARTBEAT_INTERVAL_MS = 250
 STOP_TIMEOUT_S = 20.0
+#: Where `python -m tests.support.group_worker` finds the packages.
+REPO_ROOT = Path(__file__).resolve().parents[2]
 #: Bytes of a log's end read to find its last commit event.
 TAIL_BYTES = 4096
 
@@ -92,7 +94,7 @@ class GroupWorkers:
         ]
         with open(log.with_suffix(".out"), "ab") as out:
             proc = subprocess.Popen(
-                args, stdout=out, stderr=subprocess.STDOUT, env=dict(os.environ)
+                args, stdout=out, stderr=subprocess.STDOUT, env=dict(os.environ), cwd=REPO_ROOT
             )
         worker = WorkerProcess(name, proc, log)
         self.live[name] = worker

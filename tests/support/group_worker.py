@@ -14,6 +14,10 @@ processes of one machine) and the wall clock (`wall_ms`):
 - `commit` with `type` invoke / ok / fail (refused: `CommitFailedError`) / info (outcome
   unknown: a timeout, no coordinator) and `offsets` {"topic/partition": offset}.
 
+The member id and epoch, and the positions a commit sends, are read from the consumer's
+group member (`AsyncConsumer._group`): the log must show exactly what was committed, and
+the public API does not expose the member epoch.
+
 Each line is one `write(2)` on an O_APPEND descriptor, so a kill -9 loses no line already
 logged (the last one may be cut short: readers skip it). The event loop runs the listener
 callbacks and the processing, so the log's order is the member's real order.
