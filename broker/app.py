@@ -333,6 +333,7 @@ class Broker:
                 replication_factor=config.offsets_topic_replication_factor,
                 commit_timeout_ms=config.offsets_commit_timeout_ms,
                 compaction_min_records=config.offsets_compaction_min_records,
+                lease_ms=config.replica_lag_time_max_ms,
             ),
             clock=self.clock,
             group_config=GroupConfig(

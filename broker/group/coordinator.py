@@ -11,7 +11,11 @@ log and keeps the loaded state.
   the log start past what a snapshot replaces). Once created, the topic's
   real partition count is what places groups; the setting is not read again.
 - **Coordinator**: this broker coordinates the groups of the `__consumer_offsets`
-  partitions it leads. Each request checks leadership (NOT_COORDINATOR otherwise).
+  partitions it leads. Each request checks leadership (NOT_COORDINATOR otherwise) and
+  the leader's lease (`offsets.coordinator_lease_holds`: enough followers fetched from it
+  within replica.lag.time.max.ms; COORDINATOR_NOT_AVAILABLE otherwise, FindCoordinator
+  too), so a leader cut off from the cluster stops answering before a new coordinator
+  could fence its members.
 - **Loading**: the first request after this broker became leader at a leader epoch starts
   one task that replays the partition from its log start to its log end (as leader, the
   log is the truth: everything acknowledged is in it); until it is done every request for
@@ -61,6 +65,7 @@ from broker.group.offsets import (
     OffsetRecord,
     Offsets,
     commit_error,
+    coordinator_lease_holds,
     coordinator_partition,
     encode_commit,
     encode_group,
@@ -70,6 +75,7 @@ from broker.group.offsets import (
 from broker.metadata_cache import MetadataCache
 from broker.replica.manager import ReplicaManager
 from broker.replica.partition import Partition
+from broker.replica.state import LeaderState
 from minikafka.errors import ErrorCode, MiniKafkaError, code_from_wire
 from minikafka.record_batch import build_batch
 from minikafka.v1 import controller_pb2
@@ -92,6 +98,9 @@ class OffsetsTopicSettings(msgspec.Struct, frozen=True, kw_only=True):
     #: A partition is compacted once it holds this many records and more than twice its
     #: live keys (`offsets.compaction_due`).
     compaction_min_records: int = 10_000
+    #: How long a leader may coordinate without hearing from enough followers
+    #: (`offsets.coordinator_lease_holds`; the broker's replica.lag.time.max.ms).
+    lease_ms: int = 10_000
 
 
 class Refusal(msgspec.Struct, frozen=True):
@@ -195,6 +204,13 @@ class GroupCoordinator:
                 ),
                 partition=partition,
             )
+        try:
+            local = self._replicas.leader_partition(OFFSETS_TOPIC, partition)
+        except MiniKafkaError:
+            local = None  # another broker leads it
+        refusal = None if local is None else self._lease_refusal(local)
+        if refusal is not None:
+            return CoordinatorAnswer(error=refusal, partition=partition)
         return CoordinatorAnswer(node_id=leader, partition=partition)
 
     def _partition_count(self) -> int:
@@ -479,6 +495,9 @@ class GroupCoordinator:
             partition = self._replicas.leader_partition(OFFSETS_TOPIC, index)
         except MiniKafkaError as exc:
             return Refusal(ErrorCode.NOT_COORDINATOR, f"not the coordinator of {group_id!r}: {exc}")
+        refusal = self._lease_refusal(partition)
+        if refusal is not None:
+            return refusal
         loaded = self._loaded.get(index)
         if loaded is None or loaded.leader_epoch != partition.leader_epoch:
             if loaded is not None and loaded.task is not None:
@@ -502,6 +521,24 @@ class GroupCoordinator:
                 f"loading {OFFSETS_TOPIC}-{index} at leader epoch {loaded.leader_epoch}",
             )
         return loaded, partition, index
+
+    def _lease_refusal(self, partition: Partition) -> Refusal | None:
+        """COORDINATOR_NOT_AVAILABLE while too few followers fetched from this leader
+        lately: it may have been replaced without knowing it (see
+        `offsets.coordinator_lease_holds`)."""
+        state = partition.state
+        if not isinstance(state, LeaderState) or coordinator_lease_holds(
+            follower_fetch_ms=[f.last_fetch_time_ms for f in state.followers],
+            min_insync_replicas=state.min_insync_replicas,
+            now_ms=self._clock.monotonic_ms(),
+            lease_ms=self._settings.lease_ms,
+        ):
+            return None
+        return Refusal(
+            ErrorCode.COORDINATOR_NOT_AVAILABLE,
+            f"{OFFSETS_TOPIC}-{partition.partition}: too few followers fetched from this "
+            f"leader in the last {self._settings.lease_ms} ms; it may have been replaced",
+        )
 
     async def _load(self, index: int, partition: Partition, loaded: _Loaded) -> None:
         try:

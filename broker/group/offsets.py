@@ -175,6 +175,26 @@ def compaction_due(*, records_in_log: int, live_keys: int, min_records: int) -> 
     return records_in_log >= min_records and records_in_log > 2 * live_keys
 
 
+def coordinator_lease_holds(
+    *, follower_fetch_ms: Iterable[int], min_insync_replicas: int, now_ms: int, lease_ms: int
+) -> bool:
+    """Whether the leader of a `__consumer_offsets` partition may still act as the
+    coordinator of its groups: at least `min_insync_replicas - 1` followers fetched from it
+    (in its leader epoch) within the last `lease_ms` (`replica.lag.time.max.ms`).
+
+    A leader cut off from its followers (and the controller) keeps thinking it leads, and
+    would answer heartbeats from memory while a new leader coordinates the same groups:
+    members talking to it would keep partitions the new coordinator gives to others. A
+    new coordinator can only hand out partitions it has written with acks=all, i.e. with
+    `min_insync_replicas - 1` followers fetching from it, not from the old leader; so once
+    the old one has not heard from that many followers for `lease_ms` it stops, which is
+    before the new one fences a member for silence as long as `lease_ms` is below the
+    controller's broker session timeout plus the member's session timeout.
+    """
+    recent = sum(1 for fetched in follower_fetch_ms if now_ms - fetched <= lease_ms)
+    return recent + 1 >= min_insync_replicas
+
+
 def commit_error(append_error: ErrorCode) -> ErrorCode:
     """What a commit answers when its append to `__consumer_offsets` failed (Kafka's
     mapping in GroupMetadataManager): the client then finds the coordinator again, or

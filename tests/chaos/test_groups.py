@@ -16,7 +16,11 @@ briefly (not fenced), with a stable assignment awaited after each step.
 G02: the coordinator's broker (leader of the group's `__consumer_offsets` partition) is
 kill -9'd while every member commits after each poll, twice; commits go to the new
 coordinator once it has replayed the partition, and the killed broker comes back.
-In both the offsets partition is compacted every few dozen commits (`BROKER_ARGS`).
+G03: the coordinator's broker is cut off from the other brokers and the controller (not
+from the members, which the proxies do not stand between) for two session timeouts: its
+commits cannot be replicated, so the members' commits fail (outcome unknown), they find
+the new coordinator and go on there; healed, the old one follows.
+In all three the offsets partition is compacted every few dozen commits (`BROKER_ARGS`).
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from tests.chaos.group_checker import GroupCheckResult, check_group, commits
 from tests.chaos.group_workers import SESSION_TIMEOUT_MS, GroupWorkers
 from tests.chaos.harness import Run, seeds
 from tests.chaos.workload import Workload
-from tests.support.chaos_cluster import ChaosCluster
+from tests.support.chaos_cluster import ChaosCluster, broker_name
 from tests.support.cluster import wait_until
 
 pytestmark = pytest.mark.chaos
@@ -53,6 +57,8 @@ BROKER_ARGS = [
 #: A pause well within the session timeout (the fault's length): it keeps its partitions.
 SHORT_PAUSE_S = SESSION_TIMEOUT_MS / 1000 / 3
 DRAIN_TIMEOUT_S = 60.0
+#: How long G03 keeps the coordinator cut off: two session timeouts.
+CUT_OFF_S = SESSION_TIMEOUT_MS / 1000 * 2
 
 
 @pytest.fixture
@@ -231,3 +237,56 @@ def in_flight_at_kills(run: Run, members: GroupWorkers) -> list[int]:
 
 def count_commits(members: GroupWorkers, outcome: str) -> int:
     return sum(1 for e in members.events() if e["event"] == "commit" and e.get("type") == outcome)
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("seed", seeds())
+def test_g03_coordinator_cut_off_from_the_cluster_but_not_from_members(
+    run: Run, seed: int, members: GroupWorkers
+) -> None:
+    cluster = run.cluster
+    assert cluster is not None
+    writers = producers(run)
+    for name in ("w1", "w2", "w3"):
+        members.start(name)
+    members.wait_stable(["w1", "w2", "w3"])
+    more_acks(writers, 30)
+    coordinator = coordinator_of(cluster, GROUP)
+    others = {broker_name(b) for b in cluster.brokers if b != coordinator} | {"controller"}
+    # The members (processes the proxies do not know) still reach the cut-off broker.
+    cluster.record("partition", side_a=[broker_name(coordinator)], side_b=sorted(others))
+    cluster.net.partition({broker_name(coordinator)}, others)
+    moved = coordinator_of_excluding(cluster, GROUP, coordinator)
+    assert moved != coordinator
+    ok_before = count_commits(members, "ok")
+    time.sleep(CUT_OFF_S)  # the fault's length
+    wait_until(
+        lambda: count_commits(members, "ok") > ok_before + 6,
+        timeout_s=45,
+        interval_s=0.2,
+        what="commits through the new coordinator",
+    )
+    more_acks(writers, 20)
+    result = finish(run, members)
+    assert result.stats["commits_ok"] > 0, result.stats
+
+
+def coordinator_of_excluding(cluster: ChaosCluster, group: str, old: int) -> int:
+    """The coordinator another broker than `old` names (bounded)."""
+
+    def ask() -> int | None:
+        for broker_id in cluster.brokers:
+            if broker_id == old:
+                continue
+            try:
+                reply = cluster.stub(broker_id).FindCoordinator(
+                    broker_pb2.FindCoordinatorRequest(group_ids=[group]), timeout=2
+                )
+            except Exception:
+                continue
+            [found] = reply.coordinators
+            if found.error_code == 0 and found.node_id != old:
+                return int(found.node_id)
+        return None
+
+    return wait_until(ask, timeout_s=30, interval_s=0.2, what=f"a new coordinator for {group}")

@@ -12,6 +12,7 @@ from broker.group.offsets import (
     OffsetRecord,
     commit_error,
     compaction_due,
+    coordinator_lease_holds,
     coordinator_partition,
     decode_commit,
     encode_commit,
@@ -213,4 +214,26 @@ def test_compaction_due(records_in_log: int, live_keys: int, min_records: int, d
     assert (
         compaction_due(records_in_log=records_in_log, live_keys=live_keys, min_records=min_records)
         is due
+    )
+
+
+LEASES = [
+    ("one follower fetched just now", [1000, 0], 2, True),
+    ("one follower fetched at the edge of the lease", [500, 0], 2, True),
+    ("no follower within the lease", [499, 0], 2, False),
+    ("min ISR 3 needs both followers", [1000, 400], 3, False),
+    ("min ISR 3, both recent", [1000, 900], 3, True),
+    ("min ISR 1: the leader alone", [], 1, True),
+]
+
+
+@pytest.mark.parametrize(
+    ("fetches", "min_isr", "holds"), [pytest.param(*r[1:], id=r[0]) for r in LEASES]
+)
+def test_coordinator_lease(fetches: list[int], min_isr: int, holds: bool) -> None:
+    assert (
+        coordinator_lease_holds(
+            follower_fetch_ms=fetches, min_insync_replicas=min_isr, now_ms=1000, lease_ms=500
+        )
+        is holds
     )
