@@ -187,9 +187,10 @@ def coordinator_lease_holds(
     members talking to it would keep partitions the new coordinator gives to others. A
     new coordinator can only hand out partitions it has written with acks=all, i.e. with
     `min_insync_replicas - 1` followers fetching from it, not from the old leader; so once
-    the old one has not heard from that many followers for `lease_ms` it stops, which is
-    before the new one fences a member for silence as long as `lease_ms` is below the
-    controller's broker session timeout plus the member's session timeout.
+    the old one has not heard from that many followers for `lease_ms` it stops. The new
+    one fences a member for silence at the earliest a session timeout after it took over
+    (it restarts every member's deadline when it loads), so members never have two
+    coordinators at once as long as `lease_ms` is below their session timeout.
     """
     recent = sum(1 for fetched in follower_fetch_ms if now_ms - fetched <= lease_ms)
     return recent + 1 >= min_insync_replicas

@@ -1,4 +1,4 @@
-"""Consumer groups under faults (issue 20): G01 members and G02 the coordinator.
+"""Consumer groups under faults (issue 20): G01 members, G02 and G03 the coordinator.
 
 Three consumers of one group (each its own process, `tests/support/group_worker.py`) read
 a topic of 6 partitions while two producers write to it (acks=all, recorded in the
@@ -19,7 +19,10 @@ coordinator once it has replayed the partition, and the killed broker comes back
 G03: the coordinator's broker is cut off from the other brokers and the controller (not
 from the members, which the proxies do not stand between) for two session timeouts: its
 commits cannot be replicated, so the members' commits fail (outcome unknown), they find
-the new coordinator and go on there; healed, the old one follows.
+the new coordinator and go on there; healed, the old one follows. The cut-off broker
+still believes it leads: without its lease (`offsets.coordinator_lease_holds`) it kept
+answering the members' heartbeats from memory while the new coordinator fenced them for
+silence and gave their partitions to another member (two owners at once, every seed).
 In all three the offsets partition is compacted every few dozen commits (`BROKER_ARGS`).
 """
 
