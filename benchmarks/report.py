@@ -11,6 +11,8 @@ from typing import Any
 import msgspec
 
 from benchmarks.breakdown import Breakdown
+from benchmarks.rebalance_bench import TARGET_MS as REBALANCE_TARGET_MS
+from benchmarks.rebalance_bench import RebalanceResult
 from benchmarks.stats import CaseResult, FailoverResult, LatencyResult, ratio
 
 
@@ -29,6 +31,7 @@ class SuiteResult(msgspec.Struct, kw_only=True):
     storage_append_ratio: float = math.nan
     rtt: dict[str, float] = msgspec.field(default_factory=dict)
     failover: list[FailoverResult] = msgspec.field(default_factory=list)
+    rebalance: list[RebalanceResult] = msgspec.field(default_factory=list)
     storage: str = ""
     skipped: list[str] = msgspec.field(default_factory=list)
 
@@ -154,6 +157,12 @@ def table(result: SuiteResult) -> str:
             f"failover ({fo.mode:<10}): median {fo.median_ms:.0f} ms, max {fo.max_ms:.0f} ms over "
             f"{len(fo.trials_ms)} trials {fo.trials_ms}; {fo.acked} acked, {fo.lost} lost "
             f"({fo.notes})"
+        )
+    for rb in result.rebalance:
+        lines.append(
+            f"rebalance ({rb.kind:<5}): median {rb.median_ms:.0f} ms, max {rb.max_ms:.0f} ms over "
+            f"{len(rb.trials_ms)} rounds {rb.trials_ms} (heartbeat interval "
+            f"{rb.heartbeat_interval_ms} ms; {rb.notes})"
         )
     return "\n".join(lines)
 
@@ -319,6 +328,15 @@ def acceptance(result: SuiteResult) -> list[tuple[str, bool | None, str]]:
                 "median, zero acked loss",
                 controller.median_ms <= 1000 and controller.lost == 0,
                 f"{controller.median_ms:.0f} ms, {controller.lost} lost",
+            )
+        )
+    for rb in result.rebalance:
+        checks.append(
+            (
+                f"consumer-group rebalance on {rb.kind} <= {REBALANCE_TARGET_MS:.0f} ms median "
+                f"(heartbeat interval {rb.heartbeat_interval_ms} ms)",
+                rb.median_ms <= REBALANCE_TARGET_MS,
+                f"{rb.median_ms:.0f} ms",
             )
         )
     return checks

@@ -9,10 +9,11 @@ workload; reported as TLS ÷ plaintext); open-loop end-to-end
 latency at 10 k rec/s and at 10/50/80 % of the measured RF=3 acks=all 1 KiB maximum
 (`latency_load.png`); the per-stage breakdown of the 10 k rec/s acks=all latency on a
 cluster whose brokers trace their stages (`benchmarks.breakdown`); failover (kill -9 and
-SIGSTOP of the leader, kill -9 of the active controller; own
-cluster with a quorum of three controllers); Redis Streams and NATS JetStream R3 driven from
-Python. Each measurement runs in a fresh spawned process: a warm-up and three runs, median
-reported. Writes results.json and PNG plots to --out.
+SIGSTOP of the leader, kill -9 of the active controller; own cluster with a quorum of
+three controllers); consumer-group rebalance time when a member joins and leaves
+(`rebalance_bench`, own cluster, heartbeat interval 250 ms); Redis Streams and NATS
+JetStream R3 driven from Python. Each measurement runs in a fresh spawned process: a
+warm-up and three runs, median reported. Writes results.json and PNG plots to --out.
 
     python -m benchmarks [--quick] [--out benchmarks/results] [--skip peers,failover]
 
@@ -37,7 +38,15 @@ from pathlib import Path
 
 import msgspec
 
-from benchmarks import breakdown, failover, grpc_baseline, peers, stats, workloads
+from benchmarks import (
+    breakdown,
+    failover,
+    grpc_baseline,
+    peers,
+    rebalance_bench,
+    stats,
+    workloads,
+)
 from benchmarks.cluster import BenchCluster
 from benchmarks.harness import in_worker
 from benchmarks.report import (
@@ -49,7 +58,17 @@ from benchmarks.report import (
     write_json,
 )
 
-PARTS = ("storage", "grpc", "minikafka", "tls", "latency", "breakdown", "failover", "peers")
+PARTS = (
+    "storage",
+    "grpc",
+    "minikafka",
+    "tls",
+    "latency",
+    "breakdown",
+    "failover",
+    "rebalance",
+    "peers",
+)
 #: Open-loop rates of the latency sweep, as shares of the measured RF=3 acks=all 1 KiB
 #: maximum throughput.
 SWEEP_SHARES = (0.1, 0.5, 0.8)
@@ -75,6 +94,7 @@ class Budget:
         self.latency_warmup_s = 0.5 if quick else 1.0
         self.latency_run_s = 0.5 if quick else 3.0
         self.failover_trials = 1 if quick else 5
+        self.rebalance_rounds = 2 if quick else 7
         self.storage_mib = 8 if quick else 64
 
 
@@ -430,6 +450,13 @@ def _failover(result: SuiteResult, budget: Budget, root: Path) -> None:
     result.failover.extend(in_worker(failover.run_failover, spec))
 
 
+def _rebalance(result: SuiteResult, budget: Budget, root: Path) -> None:
+    spec = rebalance_bench.RebalanceSpec(
+        rounds=budget.rebalance_rounds, data_dir=str(root / "rebalance")
+    )
+    result.rebalance.extend(in_worker(rebalance_bench.run_rebalance, spec))
+
+
 def _peers(result: SuiteResult, budget: Budget, root: Path) -> None:
     missing = peers.ensure_installed(["redis-server", "nats-server"])
     result.skipped.extend(f"{m} not installed (needs root and apt-get)" for m in missing)
@@ -541,6 +568,8 @@ def main(argv: list[str] | None = None) -> int:
         steps.append(("breakdown", lambda root: _breakdown(result, budget, root)))
     if "failover" in parts:
         steps.append(("failover", lambda root: _failover(result, budget, root)))
+    if "rebalance" in parts:
+        steps.append(("rebalance", lambda root: _rebalance(result, budget, root)))
     if "peers" in parts:
         steps.append(("peers", lambda root: _peers(result, budget, root)))
 

@@ -332,6 +332,8 @@ class Broker:
                 num_partitions=config.offsets_topic_num_partitions,
                 replication_factor=config.offsets_topic_replication_factor,
                 commit_timeout_ms=config.offsets_commit_timeout_ms,
+                compaction_min_records=config.offsets_compaction_min_records,
+                lease_ms=config.replica_lag_time_max_ms,
             ),
             clock=self.clock,
             group_config=GroupConfig(
