@@ -305,6 +305,9 @@ class Simulation:
         await asyncio.sleep(0.5)
         stop.set()
         await asyncio.wait(producers + consumers)
+        # The producers ran on after recovery: wait again for every leader's HW to cover
+        # its log (a leadership change since then leaves the new leader's HW behind).
+        await self._until(self._all_committed, "every leader's HW at its log end (final)")
         await workload.final_polls()
         self.ops = history.ops
         result = self._judge(self.ops)

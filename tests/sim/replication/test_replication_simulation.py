@@ -71,6 +71,18 @@ def test_seeded_runs(capsys: pytest.CaptureFixture[str]) -> None:
         assert sum(1 for run in stats if run.crashes) > len(stats) // 2
 
 
+#: Seeds that once failed, kept in every run. 3785 (long run of seeds 100..4358): the final
+#: polls stopped at a HW that lagged after a leadership change while the producers ran on
+#: past the recovery check (a simulator fault, not a broker one: the same run reads the
+#: value once the final polls wait for every leader's HW to cover its log).
+REGRESSION_SEEDS = (3785,)
+
+
+@pytest.mark.parametrize("seed", REGRESSION_SEEDS)
+def test_regression_seed(seed: int) -> None:
+    Simulation(seed).run()
+
+
 def test_replay_one_seed(capsys: pytest.CaptureFixture[str]) -> None:
     seed = os.environ.get("MINIKAFKA_SIM_SEED")
     if seed is None:
