@@ -20,6 +20,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
 COMPOSE_FILE = DEPLOY / "docker-compose.yml"
+#: The TLS override (certificates service, TLS listeners), used on top of COMPOSE_FILE.
+TLS_COMPOSE_FILE = DEPLOY / "docker-compose.tls.yml"
 #: Kept between runs as a layer cache, like the base image; rebuilt when the code changes.
 TEST_IMAGE = "minikafka:compose-test"
 DEFAULT_PYTHON_IMAGE = "python:3.11-slim"
@@ -108,12 +110,20 @@ def base_image(timeout_s: float) -> str:
 
 
 class ComposeProject:
-    """One compose project with its own name and host ports; `down()` removes all it created."""
+    """One compose project with its own name and host ports; `down()` removes all it created.
+    `overrides` are further compose files applied on top of deploy/docker-compose.yml."""
 
-    def __init__(self, command: list[str], name: str, broker_ports: dict[int, int]) -> None:
+    def __init__(
+        self,
+        command: list[str],
+        name: str,
+        broker_ports: dict[int, int],
+        overrides: Sequence[Path] = (),
+    ) -> None:
         self.command = command
         self.name = name
         self.broker_ports = broker_ports
+        self.files = [COMPOSE_FILE, *overrides]
         self.env = dict(os.environ)
         self.env["MINIKAFKA_IMAGE"] = TEST_IMAGE
         for broker_id, port in broker_ports.items():
@@ -121,7 +131,13 @@ class ComposeProject:
 
     def compose(self, *args: str, timeout_s: float = 120.0) -> str:
         return run(
-            [*self.command, "-p", self.name, "-f", str(COMPOSE_FILE), *args],
+            [
+                *self.command,
+                "-p",
+                self.name,
+                *(arg for path in self.files for arg in ("-f", str(path))),
+                *args,
+            ],
             timeout_s=timeout_s,
             env=self.env,
         )
@@ -147,7 +163,8 @@ class ComposeProject:
         self.compose("up", "-d", "--no-build", timeout_s=timeout_s)
 
     def container(self, service: str) -> str:
-        container_id = self.compose("ps", "-q", service, timeout_s=30).strip()
+        """The id of the service's container, running or stopped."""
+        container_id = self.compose("ps", "-a", "-q", service, timeout_s=30).strip()
         if not container_id:
             raise CommandError(f"no container for service {service}")
         return container_id
@@ -185,6 +202,11 @@ class ComposeProject:
         """Start a stopped service's container again (same volume) and wait until healthy."""
         run(["docker", "start", self.container(service)], timeout_s=30)
         self.wait_healthy([service], timeout_s)
+
+    def copy_out(self, service: str, path: str, destination: Path) -> Path:
+        """`docker cp` one file out of the service's container (which may have exited)."""
+        run(["docker", "cp", f"{self.container(service)}:{path}", str(destination)], timeout_s=30)
+        return destination
 
     def logs(self, tail_lines: int = 60) -> str:
         try:
