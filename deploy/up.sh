@@ -10,7 +10,7 @@
 # Builds the wheels on the host (deploy/build-wheels.sh), then the image on python:3.11-slim, or,
 # when that image cannot be pulled (no registry access), on the local Debian image of
 # deploy/ci-base-image.sh. MINIKAFKA_PYTHON_IMAGE forces a base image. Arguments are Compose's
-# global options (profiles), after an optional leading --tls; MINIKAFKA_UP_TIMEOUT_S bounds the
+# global options (profiles), plus --tls; MINIKAFKA_UP_TIMEOUT_S bounds the
 # health wait (default 180).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,11 +18,12 @@ source deploy/compose.sh
 log() { echo "up: $*" >&2; }
 
 TLS=0
-if [[ "${1:-}" == "--tls" ]]; then
-    TLS=1
-    shift
-    set -- -f deploy/docker-compose.tls.yml "$@"
-fi
+ARGS=()
+for arg in "$@"; do
+    if [[ "$arg" == "--tls" ]]; then TLS=1; else ARGS+=("$arg"); fi
+done
+if [[ "$TLS" == 1 ]]; then ARGS=(-f deploy/docker-compose.tls.yml "${ARGS[@]}"); fi
+set -- "${ARGS[@]}"
 
 if [[ -z "${MINIKAFKA_PYTHON_IMAGE:-}" ]]; then
     if docker image inspect python:3.11-slim >/dev/null 2>&1 \
