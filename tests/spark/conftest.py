@@ -8,8 +8,10 @@ The session's master is `local[2]` (tasks in the driver's JVM), or MINIKAFKA_SPA
 executors are JVMs of their own, so every task runs outside the driver process and the source
 and sink only have what their pickled partitions carry (test_spark_cluster.py runs a selection
 of these tests that way). A `local-cluster` master needs SPARK_HOME to be the pyspark package
-directory (its `bin/` and `jars/` start the executors); the fixture sets that, and keeps the
-workers' scratch directories in a temporary directory.
+directory (its `bin/` and `jars/` start the executors); the fixture sets that, and removes
+the application's directory that the workers create under `SPARK_HOME/work/` (executor logs,
+the fixture prints where while the session runs). Starting the executor JVMs takes tens of
+seconds on a loaded two-core machine.
 """
 
 from __future__ import annotations
@@ -76,14 +78,13 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
 
 @pytest.fixture(scope="session")
-def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
+def spark() -> Iterator[SparkSession]:
     if MISSING_SPARK is not None:
         pytest.skip(MISSING_SPARK)
     if on_cluster():
         import pyspark
 
         os.environ["SPARK_HOME"] = str(Path(pyspark.__file__).parent)
-        os.environ["SPARK_WORKER_DIR"] = str(tmp_path_factory.mktemp("spark-workers"))
     # Workers must run this interpreter (the venv has pyarrow); otherwise they fail with
     # "Python worker failed to connect back".
     os.environ["PYSPARK_PYTHON"] = sys.executable
@@ -105,10 +106,17 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
     )
     session.sparkContext.setLogLevel("WARN")
     session.dataSource.register(MiniKafkaDataSource)
+    work = Path(
+        os.environ.get("SPARK_HOME", "/nonexistent"), "work", session.sparkContext.applicationId
+    )
+    if on_cluster():
+        print(f"executor logs: {work}")
     try:
         yield session
     finally:
         session.stop()
+        if on_cluster():
+            shutil.rmtree(work, ignore_errors=True)
 
 
 def bootstrap(cluster: Cluster) -> str:

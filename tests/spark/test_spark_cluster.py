@@ -36,7 +36,7 @@ CLUSTER_TESTS = (
 CHILD_TIMEOUT_S = 900
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(300)
 def test_tasks_run_in_the_jvms_the_master_says(spark: SparkSession) -> None:
     driver = driver_jvm_pid(spark)
     pids = task_jvm_pids(spark)
