@@ -41,7 +41,6 @@ import os
 import sys
 from pathlib import Path
 
-from pyspark import SparkConf
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
@@ -49,6 +48,9 @@ from pyspark.sql.streaming.query import StreamingQuery
 from client.spark import MiniKafkaDataSource
 
 logger = logging.getLogger(__name__)
+
+#: Set by spark-submit for the Python driver it starts (its --master and --conf then apply).
+SUBMITTED_ENV = "PYSPARK_GATEWAY_PORT"
 
 
 def counts_per_key(stream: DataFrame) -> DataFrame:
@@ -106,14 +108,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    conf = SparkConf()  # holds spark-submit's --master and --conf settings, if any
+    builder = SparkSession.builder.appName("minikafka-topic-pipeline")
     if args.master is not None:
-        conf.setMaster(args.master)
-    elif not conf.contains("spark.master"):
-        conf.setMaster("local[2]")
-    if not conf.contains("spark.sql.shuffle.partitions"):
-        conf.set("spark.sql.shuffle.partitions", "2")
-    spark = SparkSession.builder.config(conf=conf).appName("minikafka-topic-pipeline").getOrCreate()
+        builder = builder.master(args.master)
+    elif SUBMITTED_ENV not in os.environ:  # plain python: no spark-submit gave a master
+        builder = builder.master("local[2]").config("spark.sql.shuffle.partitions", "2")
+    spark = builder.getOrCreate()
     query = start_pipeline(
         spark,
         bootstrap=args.bootstrap_server,
