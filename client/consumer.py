@@ -5,7 +5,9 @@ What the consumer reads is `client.subscription` (subscription or assignment, an
 explicit fetch status per partition); the `Fetcher` (`client.fetcher`) looks positions
 up and keeps fetches in flight, deciding with the PURE rules of `client.offset_rules`;
 `client.delivery` decodes and hands records out; `client.offset_lookup` answers offset
-queries (ListOffsets, retried while a new leader has none yet).
+queries (ListOffsets, retried while a new leader has none yet). `client.consumer_runtime`
+wires those parts together at `start()`; `client.consumer_calls` holds the position and
+offset calls (over `client.positions`); `client.consumer_config` checks the arguments.
 """
 
 from __future__ import annotations
@@ -14,148 +16,32 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from types import TracebackType
-from typing import Any, NamedTuple
+from typing import Any
 
+from client.consumer_calls import PositionCalls, iterate_records
 from client.consumer_config import (
     ConsumerConfig,
-    PartitionArg,
     check_poll_args,
-    partition_args,
     topic_names,
 )
-from client.delivery import RecordDelivery
+from client.consumer_group_config import commit_offsets, group_settings
+from client.consumer_runtime import ConsumerRuntime
 from client.errors import (
     ConsumerStoppedError,
     IllegalStateError,
     KafkaConfigurationError,
 )
-from client.fetcher import Fetcher
-from client.group import ConsumerRebalanceListener, GroupMember, GroupSettings
-from client.metrics import ConsumerMetrics
-from client.offset_rules import (
-    EARLIEST,
-    LATEST,
-    OffsetReset,
-    reset_target,
-)
+from client.group import ConsumerRebalanceListener, GroupMember
+from client.offset_rules import OffsetReset, reset_target
 from client.positions import ConsumerPositions
-from client.records import (
-    ConsumerRecord,
-    Deserializer,
-    OffsetAndMetadata,
-    OffsetAndTimestamp,
-    TopicPartition,
-)
+from client.records import ConsumerRecord, Deserializer, TopicPartition
 from client.security import client_tls
 from client.subscription import SubscriptionState
-from client.transport import BrokerConnections, check_number
 
 __all__ = ["AsyncConsumer"]
 
 
-def group_settings(
-    *,
-    group_id: str | None,
-    group_instance_id: str | None,
-    enable_auto_commit: bool,
-    auto_commit_interval_ms: int,
-    session_timeout_ms: int,
-    heartbeat_interval_ms: int,
-    max_poll_interval_ms: int,
-    client_id: str,
-) -> GroupSettings | None:
-    """The checked group settings, or None without `group_id` (today's behaviour)."""
-    if group_id is None:
-        if group_instance_id is not None:
-            raise KafkaConfigurationError("group_instance_id needs group_id")
-        return None
-    if not isinstance(group_id, str) or not group_id:
-        raise KafkaConfigurationError(f"group_id must be a non-empty str, got {group_id!r}")
-    if group_instance_id is not None and (
-        not isinstance(group_instance_id, str) or not group_instance_id
-    ):
-        raise KafkaConfigurationError(
-            f"group_instance_id must be a non-empty str, got {group_instance_id!r}"
-        )
-    if not isinstance(enable_auto_commit, bool):
-        raise KafkaConfigurationError(
-            f"enable_auto_commit must be a bool, got {enable_auto_commit!r}"
-        )
-    for name, value in (
-        ("auto_commit_interval_ms", auto_commit_interval_ms),
-        ("session_timeout_ms", session_timeout_ms),
-        ("heartbeat_interval_ms", heartbeat_interval_ms),
-        ("max_poll_interval_ms", max_poll_interval_ms),
-    ):
-        check_number(name, value, minimum=1, integral=True)
-    return GroupSettings(
-        group_id=group_id,
-        group_instance_id=group_instance_id,
-        session_timeout_ms=session_timeout_ms,
-        heartbeat_interval_ms=heartbeat_interval_ms,
-        max_poll_interval_ms=max_poll_interval_ms,
-        enable_auto_commit=enable_auto_commit,
-        auto_commit_interval_ms=auto_commit_interval_ms,
-        client_id=client_id,
-    )
-
-
-def commit_offsets(offsets: dict[TopicPartition, Any]) -> dict[TopicPartition, OffsetAndMetadata]:
-    """`commit()`'s argument checked: each value an offset (int >= 0) or an
-    `OffsetAndMetadata`."""
-    if not isinstance(offsets, dict):
-        raise TypeError(f"offsets must be a dict {{TopicPartition: offset}}, got {offsets!r}")
-    result: dict[TopicPartition, OffsetAndMetadata] = {}
-    for tp, value in offsets.items():
-        meta = value if isinstance(value, OffsetAndMetadata) else OffsetAndMetadata(value)
-        if not isinstance(meta.offset, int) or isinstance(meta.offset, bool) or meta.offset < 0:
-            raise ValueError(f"the offset to commit for {tp} must be an int >= 0, got {value!r}")
-        result[TopicPartition(*tp)] = meta
-    return result
-
-
-class _Runtime(NamedTuple):
-    """The parts of a started consumer."""
-
-    conn: BrokerConnections
-    fetcher: Fetcher
-    delivery: RecordDelivery
-    metrics: ConsumerMetrics
-
-    @classmethod
-    def create(cls, consumer: AsyncConsumer) -> _Runtime:
-        config, clock = consumer.config, consumer.clock
-        conn = BrokerConnections(
-            consumer.bootstrap_servers,
-            request_timeout_ms=int(config.request_timeout_ms),
-            retry_backoff_ms=int(config.retry_backoff_ms),
-            metadata_max_age_ms=int(config.metadata_max_age_ms),
-            client_id=consumer.client_id,
-            tls=consumer.tls,
-        )
-        metrics = ConsumerMetrics(clock() * 1000)
-        fetcher = Fetcher(
-            settings=config,
-            conn=conn,
-            subscription=consumer.subscription_state,
-            metrics=metrics,
-            clock=clock,
-            on_metadata=consumer._update_subscription_assignment,
-        )
-        key_deserializer, value_deserializer = consumer.deserializers
-        delivery = RecordDelivery(
-            consumer.subscription_state,
-            key_deserializer=key_deserializer,
-            value_deserializer=value_deserializer,
-            retry_backoff_ms=config.retry_backoff_ms,
-            metrics=metrics,
-            wake_fetcher=fetcher.wake,
-            clock=clock,
-        )
-        return cls(conn, fetcher, delivery, metrics)
-
-
-class AsyncConsumer:
+class AsyncConsumer(PositionCalls):
     """asyncio consumer (aiokafka style).
 
     Example::
@@ -248,7 +134,7 @@ class AsyncConsumer:
         self._group: GroupMember | None = None
         self._listener: ConsumerRebalanceListener | None = None
         #: The parts that exist once started.
-        self._runtime: _Runtime | None = None
+        self._runtime: ConsumerRuntime | None = None
         self._started = False
         self._closed = False
 
@@ -259,7 +145,16 @@ class AsyncConsumer:
             raise ConsumerStoppedError("the consumer was stopped; create a new one")
         if self._started:
             return
-        runtime = self._runtime = _Runtime.create(self)
+        runtime = self._runtime = ConsumerRuntime.create(
+            config=self.config,
+            clock=self.clock,
+            bootstrap_servers=self.bootstrap_servers,
+            client_id=self.client_id,
+            tls=self.tls,
+            subscription=self.subscription_state,
+            deserializers=self.deserializers,
+            on_metadata=self._update_subscription_assignment,
+        )
         try:
             await runtime.conn.refresh(self.subscription_state.topics)
         except BaseException:
@@ -301,20 +196,6 @@ class AsyncConsumer:
         tb: TracebackType | None,
     ) -> None:
         await self.stop()
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise ConsumerStoppedError("the consumer is closed")
-        if not self._started:
-            raise IllegalStateError("call `await consumer.start()` first")
-
-    def _check_not_closed(self) -> None:
-        if self._closed:
-            raise ConsumerStoppedError("the consumer is closed")
-
-    def _wake(self) -> None:
-        if self._runtime is not None:
-            self._runtime.fetcher.wake()
 
     # ---- assignment (see `client.subscription`) --------------------------------------
 
@@ -374,12 +255,6 @@ class AsyncConsumer:
         if self._group is not None:
             self._group.wake()
 
-    def assignment(self) -> set[TopicPartition]:
-        return set(self.subscription_state.assignment)
-
-    def subscription(self) -> set[str]:
-        return set(self.subscription_state.topics)
-
     def _update_subscription_assignment(self) -> None:
         if self._runtime is not None:
             topics = self.subscription_state.topics
@@ -387,95 +262,6 @@ class AsyncConsumer:
             if self._group is not None and self.subscription_state.topics != topics:
                 self._group.wake()  # a pattern matched new topics: tell the coordinator
             self._wake()
-
-    def pause(self, *partitions: TopicPartition) -> None:
-        """Stop fetching and returning records of these (assigned) partitions; their
-        position and what was fetched already stay for `resume()`."""
-        self._check_not_closed()
-        self.subscription_state.pause(partition_args(partitions, "pause()"))
-
-    def resume(self, *partitions: TopicPartition) -> None:
-        """Fetch and return records of these paused partitions again."""
-        self._check_not_closed()
-        self.subscription_state.resume(partition_args(partitions, "resume()"))
-        self._wake()
-
-    def paused(self) -> set[TopicPartition]:
-        """The partitions paused with `pause()`."""
-        return self.subscription_state.paused()
-
-    # ---- positions (see `client.positions`) -----------------------------------------
-
-    def seek(self, partition: TopicPartition, offset: int) -> None:
-        """Make `offset` the next offset `getmany` / `poll` returns for `partition`."""
-        self._check_not_closed()
-        self._positions.seek(partition, offset)
-
-    async def seek_to_beginning(self, *partitions: PartitionArg) -> None:
-        self._check_open()
-        await self._positions.seek_to(EARLIEST, partitions)
-
-    async def seek_to_end(self, *partitions: PartitionArg) -> None:
-        self._check_open()
-        await self._positions.seek_to(LATEST, partitions)
-
-    async def position(self, partition: TopicPartition) -> int:
-        """The offset of the next record `getmany` / `poll` returns for `partition`.
-
-        Looks the offset up (per `auto_offset_reset`) when the partition has none
-        yet; raises the partition's error (e.g. `UnknownTopicOrPartitionError` when
-        it does not exist) if that does not succeed within `request_timeout_ms`.
-        At a damaged batch or a record that does not deserialize, it is that offset.
-        """
-        self._check_open()
-        return await self._positions.position(partition)
-
-    def highwater(self, partition: TopicPartition) -> int | None:
-        """The partition's high watermark from the last fetch (None before one)."""
-        return self._positions.highwater(partition)
-
-    async def beginning_offsets(
-        self, partitions: Iterable[TopicPartition]
-    ) -> dict[TopicPartition, int]:
-        """The log start offset of each partition (assigned or not). Raises
-        `UnknownTopicOrPartitionError` for a partition that does not exist (after
-        retrying for `request_timeout_ms`: it may be being created)."""
-        self._check_open()
-        return await self._positions.offsets_at(EARLIEST, partitions)
-
-    async def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        """The high watermark of each partition (the offset after the last readable
-        record); errors as `beginning_offsets`. A new leader that has not caught up
-        yet answers OFFSET_NOT_AVAILABLE: asked again until `request_timeout_ms`."""
-        self._check_open()
-        return await self._positions.offsets_at(LATEST, partitions)
-
-    async def offsets_for_times(
-        self, timestamps: dict[TopicPartition, int]
-    ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
-        """For each partition, the earliest offset whose record timestamp is at least
-        the given one (ms since the epoch), with that timestamp; None when no record
-        is that recent (kafka-python's `offsets_for_times`)."""
-        self._check_open()
-        return await self._positions.offsets_for_times(timestamps)
-
-    async def topics(self) -> set[str]:
-        """Every topic in the cluster (kafka-python's `topics()`)."""
-        self._check_open()
-        return await self._positions.topics()
-
-    async def partitions_for_topic(self, topic: str) -> set[int] | None:
-        """The partition ids of `topic`, or None when it does not exist."""
-        self._check_open()
-        return await self._positions.partitions_for_topic(topic)
-
-    def metrics(self) -> dict[str, dict[str, float]]:
-        """kafka-python's `metrics()`: `{"consumer-fetch-manager-metrics": {name: value}}`
-        with records and bytes consumed (totals and per second over the last 30 s),
-        fetches and their latency (ms), and failed fetches."""
-        runtime = self._runtime
-        report = {} if runtime is None else runtime.metrics.report(self.clock() * 1000)
-        return {"consumer-fetch-manager-metrics": report}
 
     # ---- committed offsets (consumer groups) -----------------------------------------
 
@@ -543,22 +329,6 @@ class AsyncConsumer:
                 return records[0]
 
     def __aiter__(self) -> AsyncIterator[ConsumerRecord]:
-        return self._iterate()
-
-    async def _iterate(self) -> AsyncIterator[ConsumerRecord]:
         """Records until `consumer_timeout_ms` passes without one, or the consumer
         is stopped (as aiokafka's `async for` ends)."""
-        idle_since = time.monotonic()
-        while not self._closed:
-            try:
-                batch = await self.getmany(timeout_ms=min(1000, int(self.consumer_timeout_ms)))
-            except ConsumerStoppedError:
-                return
-            if not batch:
-                if (time.monotonic() - idle_since) * 1000 >= self.consumer_timeout_ms:
-                    return
-                continue
-            for records in batch.values():
-                for record in records:
-                    yield record
-            idle_since = time.monotonic()
+        return iterate_records(self.getmany, self.consumer_timeout_ms)

@@ -4,13 +4,12 @@ The loop sends one Fetch per broker for every fetchable partition (see
 `PartitionState.fetchable`) led by (or, with `client_rack`, replicated in the same rack
 on) that broker, so the next fetch travels while the user processes the previous one,
 and a long poll on an idle partition never holds back a busy one. Responses are kept as
-raw batch bytes (`client.delivery` decodes them when handing records out); only their
-batch headers are read here, for the next offset and the last epoch.
+raw batch bytes (`client.delivery` decodes them when handing records out);
+`client.fetch_answers` applies each partition's answer.
 
-Each fetch carries the epoch of the last fetched batch; a `diverging_epoch` in the
-answer means the log was truncated under the consumer (KIP-320). What an answer means
-is decided by the PURE rules of `client.offset_rules`. Time comes from `clock`
-(monotonic seconds).
+Each fetch carries the epoch of the last fetched batch, so the broker can answer with a
+`diverging_epoch` when the log was truncated under the consumer (KIP-320). Time comes
+from `clock` (monotonic seconds).
 """
 
 from __future__ import annotations
@@ -26,19 +25,15 @@ import grpc.aio
 
 from client.consumer_config import ConsumerConfig
 from client.errors import (
-    CorruptRecordError,
-    LogTruncationError,
     MiniKafkaClientError,
-    authorization_error,
 )
+from client.fetch_answers import FetchAnswers, refused_fetch
 from client.metadata import BrokerInfo
 from client.metrics import ConsumerMetrics
 from client.offset_lookup import OffsetLookup
-from client.offset_rules import FetchErrorKind, on_fetch_error, truncation_action
-from client.records import TopicPartition, scan_fetched
+from client.records import TopicPartition
 from client.subscription import FetchStatus, PartitionState, SubscriptionState
 from client.transport import BrokerConnections, LeaderMoved, await_unless_moved
-from minikafka.errors import ErrorCode
 from minikafka.v1 import broker_pb2
 
 logger = logging.getLogger(__name__)
@@ -91,6 +86,13 @@ class Fetcher:
         #: the pause after that (doubling up to `MISSING_TOPIC_BACKOFF_MAX_S`).
         self.missing_topics_at = 0.0
         self._missing_topics_backoff_s = settings.retry_backoff_ms / 1000
+        self.answers = FetchAnswers(
+            settings=settings,
+            metrics=metrics,
+            clock=clock,
+            request_metadata=self.request_metadata,
+            wake=self.wake,
+        )
 
     def start(self) -> None:
         self._run_task = asyncio.create_task(self.run(), name="minikafka-fetcher")
@@ -320,116 +322,7 @@ class Fetcher:
                 or generations.get(tp) != current.generation
             ):
                 continue  # unassigned or sought while the fetch was in flight
-            if self._apply(tp, current, part, broker_id):
+            if self.answers.apply(tp, current, part, broker_id):
                 ready = True
         if ready:
             self.data_ready.set()
-
-    def _apply(
-        self,
-        tp: TopicPartition,
-        state: PartitionState,
-        part: broker_pb2.FetchPartitionResponse,
-        broker_id: int,
-    ) -> bool:
-        """Apply one partition's answer; True when records or an error for the user came."""
-        if part.HasField("diverging_epoch") and part.diverging_epoch.epoch >= 0:
-            self._on_diverging(
-                tp, state, part.diverging_epoch.epoch, part.diverging_epoch.end_offset
-            )
-            return state.error is not None
-        code = int(part.error_code)
-        if code == ErrorCode.NONE:
-            state.high_watermark = part.high_watermark
-            if not part.records:
-                return False
-            next_offset, last_epoch, corrupt = scan_fetched(part.records, state.fetch_offset)
-            self.metrics.bytes.record(len(part.records), self.clock() * 1000)
-            if next_offset > state.fetch_offset:
-                state.raw.append((part.records, state.fetch_offset))
-                state.fetch_offset = next_offset
-                state.fetch_epoch = last_epoch
-            if corrupt is not None:
-                # The batches before the damaged one are handed out, then the error.
-                state.fail(CorruptRecordError(tp, next_offset, str(corrupt)), next_offset)
-            return True
-        outcome = on_fetch_error(
-            code,
-            part.error_message,
-            tp=tp,
-            position=state.fetch_offset,
-            auto_offset_reset=self.settings.auto_offset_reset,
-        )
-        if outcome.kind is FetchErrorKind.RESET:
-            assert outcome.reset_to is not None
-            logger.info(
-                "%s-%s: offset %s out of range, resetting to %s",
-                tp.topic,
-                tp.partition,
-                state.fetch_offset,
-                self.settings.auto_offset_reset,
-            )
-            state.await_reset(outcome.reset_to)
-            return False
-        if outcome.kind is FetchErrorKind.RETRY_LATER:
-            logger.debug("fetch %s from broker %s: error %s", tp, broker_id, code)
-            state.retry_after = self.clock() + self.settings.retry_backoff_ms / 1000
-            if outcome.refresh_metadata:
-                self.request_metadata()
-            return False
-        assert outcome.error is not None
-        if outcome.kind is FetchErrorKind.FAIL:
-            state.fail(outcome.error, state.fetch_offset)
-        else:
-            state.error = outcome.error  # reported once, then fetched again
-        return True
-
-    def _on_diverging(
-        self, tp: TopicPartition, state: PartitionState, epoch: int, end_offset: int
-    ) -> None:
-        position = state.position()
-        settings = self.settings
-        action = truncation_action(
-            position=position,
-            diverging_epoch=epoch,
-            end_offset=end_offset,
-            reset_on_truncation=settings.reset_on_truncation,
-            auto_offset_reset=settings.auto_offset_reset,
-        )
-        if action.kind == "raise":
-            logger.warning(
-                "log of %s-%s truncated under the consumer: position %s, diverges at %s",
-                tp.topic,
-                tp.partition,
-                position,
-                end_offset,
-            )
-            state.fail(LogTruncationError(tp, position, end_offset), position)
-            return
-        if action.kind == "reset":
-            logger.warning(
-                "log of %s-%s truncated under the consumer: resetting from %s to %s",
-                tp.topic,
-                tp.partition,
-                position,
-                action.offset,
-            )
-        state.seek(action.offset, action.epoch)
-        self.wake()
-
-
-def refused_fetch(request: broker_pb2.FetchRequest, details: str) -> broker_pb2.FetchResponse:
-    """The answer to a Fetch the broker refused with PERMISSION_DENIED: each partition
-    with the authorization error its message names (TOPIC_AUTHORIZATION_FAILED)."""
-    code = authorization_error(details, context="fetch").code
-    return broker_pb2.FetchResponse(
-        partitions=[
-            broker_pb2.FetchPartitionResponse(
-                topic=part.topic,
-                partition=part.partition,
-                error_code=int(code),
-                error_message=details,
-            )
-            for part in request.partitions
-        ]
-    )

@@ -6,9 +6,11 @@ partition's open batch of the `RecordAccumulator` and returns a `FutureRecordMet
 `send_batch()` places the records of one call a batch at a time and returns one
 `FutureBatchMetadata`. The `Sender` task (`client.sender`) drains ready batches, sends
 them and applies the PURE response policy (`client.produce_policy`); idempotence
-bookkeeping is `client.sequences`. Retriable errors are retried with back-off until
-`delivery_timeout_ms`, refreshing metadata first when the error says the leader moved;
-definite errors fail only the affected batch's records.
+bookkeeping is `client.sequences`; `client.producer_runtime` connects and starts the
+sender and waits for metadata or buffer space when an append lacks them. Retriable
+errors are retried with back-off until `delivery_timeout_ms`, refreshing metadata first
+when the error says the leader moved; definite errors fail only the affected batch's
+records.
 
 Idempotence (default with acks=all): a producer id and epoch from `InitProducerId`, a
 sequence per partition, at most `max_in_flight_requests_per_connection` (<= 5) batches
@@ -18,8 +20,6 @@ order; DUPLICATE_SEQUENCE_NUMBER means "already written" and counts as success.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Sequence
 from types import TracebackType
@@ -43,6 +43,7 @@ from client.producer_config import (
     parse_acks,
     topic_batch_size,
 )
+from client.producer_runtime import start_sender, wait_for_append
 from client.records import RecordMetadata
 from client.security import client_tls
 from client.sender import Sender
@@ -167,32 +168,19 @@ class AsyncProducer:
             raise ProducerClosedError("the producer was stopped; create a new one")
         if self._started:
             return
-        config = self.config
         self.accumulator.clock = self.clock
-        self._conn = conn = BrokerConnections(
-            self._bootstrap,
-            request_timeout_ms=int(config.request_timeout_ms),
-            retry_backoff_ms=int(config.retry_backoff_ms),
-            metadata_max_age_ms=int(config.metadata_max_age_ms),
+        self._metrics = ProducerMetrics(self.clock())
+        conn, sender = await start_sender(
+            config=self.config,
+            clock=self.clock,
+            bootstrap_servers=self._bootstrap,
             client_id=self._client_id,
             tls=self._tls,
-        )
-        self._metrics = ProducerMetrics(self.clock())
-        sender = Sender(
-            config=config,
-            conn=conn,
             accumulator=self.accumulator,
             sequences=self.sequences,
             metrics=self._metrics,
-            clock=self.clock,
         )
-        try:
-            await conn.refresh()
-            if config.idempotent:
-                await sender.init_producer_id()
-        except BaseException:
-            await conn.close()
-            raise
+        self._conn = conn
         self._sender = sender
         self.appender.conn = conn
         sender.on_crash = self._refuse_appends
@@ -332,23 +320,12 @@ class AsyncProducer:
         return plan.future()
 
     async def _wait_for(self, what: str, topic: str, deadline: float) -> None:
-        """Wait for what an append lacked ("metadata" of `topic`, or "buffer" space);
-        `KafkaTimeoutError` once `deadline` (clock ms: `max_block_ms`) has passed."""
-        sender, conn = self._sender, self._conn
-        assert sender is not None
-        assert conn is not None
-        remaining_ms = deadline - self.clock()
-        if remaining_ms <= 0:
-            raise KafkaTimeoutError(
-                f"send blocked longer than max_block_ms={self.config.max_block_ms} ({what})"
-            )
-        if what == "metadata":
-            await conn.wait_for_topic(topic, int(remaining_ms))
-            return
-        sender.space_freed.clear()
-        sender.wake()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(sender.space_freed.wait(), remaining_ms / 1000)
+        """Wait for what an append lacked (see `client.producer_runtime`)."""
+        assert self._sender is not None
+        assert self._conn is not None
+        await wait_for_append(
+            what, topic, deadline, self.clock, self.config.max_block_ms, self._sender, self._conn
+        )
 
     async def send_and_wait(
         self,

@@ -12,159 +12,43 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from typing import Final
 
 import grpc
-import msgspec
 
-from client.security import client_tls
 from client.spark.decode import Columns, decode_range
 from client.spark.errors import DataLossError, SourceReadError
 from client.spark.offsets import TP, Offsets
-from client.spark.options import DEFAULT_FETCH, FetchConfig, TlsSettings
+from client.spark.wire_base import (
+    Backoff,
+    ClusterSnapshot,
+    PartitionLeader,
+    WireBase,
+    is_connection_error,
+)
 from minikafka.errors import RETRIABLE_CODES, ErrorCode, code_from_wire
-from minikafka.grpc_options import channel_options
 from minikafka.record_batch import parse_header
-from minikafka.tls import open_sync_channel
-from minikafka.v1 import broker_pb2, broker_pb2_grpc
+from minikafka.v1 import broker_pb2
 
 logger = logging.getLogger(__name__)
 
 EARLIEST_TIMESTAMP: Final = -2
 LATEST_TIMESTAMP: Final = -1
 
-_CONNECTION_CODES: Final = frozenset(
-    {
-        grpc.StatusCode.UNAVAILABLE,
-        grpc.StatusCode.DEADLINE_EXCEEDED,
-        grpc.StatusCode.CANCELLED,
-        grpc.StatusCode.UNKNOWN,
-    }
-)
-METADATA_TIMEOUT_S: Final = 2.0
-BACKOFF_INITIAL_S: Final = 0.05
-BACKOFF_MAX_S: Final = 1.0
+__all__ = [
+    "EARLIEST_TIMESTAMP",
+    "LATEST_TIMESTAMP",
+    "ClusterSnapshot",
+    "PartitionLeader",
+    "WireReader",
+]
 
 
-class PartitionLeader(msgspec.Struct, frozen=True, kw_only=True):
-    leader: int
-    leader_epoch: int
+class WireReader(WireBase):
+    """Synchronous Metadata / ListOffsets / Fetch against a cluster; close() when done.
 
-
-class ClusterSnapshot(msgspec.Struct, frozen=True, kw_only=True):
-    """Brokers, existing topics and partition leaders as one broker reported them."""
-
-    brokers: dict[int, str]
-    topics: frozenset[str]
-    partitions: dict[TP, PartitionLeader]
-
-    def partitions_of(self, topic: str) -> list[TP]:
-        return sorted(tp for tp in self.partitions if tp[0] == topic)
-
-
-class _Backoff:
-    """Exponential back-off between retries (the only waiting this module does)."""
-
-    def __init__(self) -> None:
-        self._delay_s = BACKOFF_INITIAL_S
-
-    def sleep(self, deadline: float) -> None:
-        time.sleep(max(0.0, min(self._delay_s, deadline - time.monotonic())))
-        self._delay_s = min(self._delay_s * 2, BACKOFF_MAX_S)
-
-    def reset(self) -> None:
-        self._delay_s = BACKOFF_INITIAL_S
-
-
-def _is_connection_error(exc: grpc.RpcError) -> bool:
-    code = exc.code() if isinstance(exc, grpc.Call) else None
-    return code in _CONNECTION_CODES
-
-
-class WireReader:
-    """Synchronous Metadata / ListOffsets / Fetch against a cluster; close() when done."""
-
-    def __init__(
-        self,
-        bootstrap_servers: Sequence[str],
-        *,
-        timeout_ms: int,
-        tls: TlsSettings | None = None,
-        fetch: FetchConfig = DEFAULT_FETCH,
-    ) -> None:
-        if not bootstrap_servers:
-            raise ValueError("bootstrap_servers is empty")
-        #: The files are read here, where the reader runs (driver or executor).
-        self._tls = (
-            client_tls(
-                security_protocol="SSL",
-                ssl_cafile=tls.ssl_cafile,
-                ssl_certfile=tls.ssl_certfile,
-                ssl_keyfile=tls.ssl_keyfile,
-                ssl_check_hostname=True,
-            )
-            if tls is not None
-            else None
-        )
-        self._bootstrap = list(bootstrap_servers)
-        self._timeout_s = timeout_ms / 1000
-        self._fetch = fetch
-        self._rpc_timeout_s = fetch.request_timeout_ms / 1000
-        self._channels: dict[str, grpc.Channel] = {}
-        self._snapshot: ClusterSnapshot | None = None
-        self._preferred: str | None = None  # the last address that answered metadata
-
-    def close(self) -> None:
-        for channel in self._channels.values():
-            channel.close()
-        self._channels.clear()
-
-    def __enter__(self) -> WireReader:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    def _stub(self, address: str) -> broker_pb2_grpc.BrokerServiceStub:
-        channel = self._channels.get(address)
-        if channel is None:
-            channel = open_sync_channel(address, channel_options(), self._tls)
-            self._channels[address] = channel
-        return broker_pb2_grpc.BrokerServiceStub(channel)
-
-    # ---- metadata --------------------------------------------------------------------
-
-    def snapshot(self) -> ClusterSnapshot:
-        return self._snapshot if self._snapshot is not None else self.refresh()
-
-    def refresh(self) -> ClusterSnapshot:
-        """Metadata for every topic from the first broker that answers (bounded)."""
-        deadline = time.monotonic() + self._timeout_s
-        backoff = _Backoff()
-        errors: dict[str, str] = {}
-        while True:
-            known = list(self._snapshot.brokers.values()) if self._snapshot else []
-            first = [self._preferred] if self._preferred else []
-            for address in dict.fromkeys([*first, *self._bootstrap, *known]):
-                try:
-                    reply = self._stub(address).Metadata(
-                        broker_pb2.MetadataRequest(), timeout=METADATA_TIMEOUT_S
-                    )
-                except grpc.RpcError as exc:
-                    errors[address] = str(exc.code()) if isinstance(exc, grpc.Call) else str(exc)
-                    if self._preferred == address:
-                        self._preferred = None
-                    continue
-                self._preferred = address
-                self._snapshot = _snapshot_of(reply)
-                return self._snapshot
-            if time.monotonic() >= deadline:
-                raise SourceReadError(
-                    f"no broker answered a metadata request within {self._timeout_s:.0f}s: "
-                    + ", ".join(f"{a}: {e}" for a, e in sorted(errors.items()))
-                )
-            backoff.sleep(deadline)
+    Channels, metadata and back-off come from `client.spark.wire_base.WireBase`."""
 
     # ---- list offsets ----------------------------------------------------------------
 
@@ -179,7 +63,7 @@ class WireReader:
         pending = set(partitions)
         out: Offsets = {}
         deadline = time.monotonic() + self._timeout_s
-        backoff = _Backoff()
+        backoff = Backoff()
         problems: dict[TP, str] = {}
         while pending:
             snapshot = self.snapshot()
@@ -207,7 +91,7 @@ class WireReader:
                         request, timeout=self._rpc_timeout_s
                     )
                 except grpc.RpcError as exc:
-                    if not _is_connection_error(exc):
+                    if not is_connection_error(exc):
                         raise
                     for tp in tps:
                         problems[tp] = f"broker {leader} unreachable"
@@ -247,7 +131,7 @@ class WireReader:
         retrying unreachable brokers and retriable errors (bounded)."""
         tp = (topic, partition)
         deadline = time.monotonic() + self._timeout_s
-        backoff = _Backoff()
+        backoff = Backoff()
         last_problem = "no answer yet"
         while time.monotonic() < deadline:
             snapshot = self.snapshot()
@@ -275,7 +159,7 @@ class WireReader:
                         timeout=self._rpc_timeout_s,
                     )
                 except grpc.RpcError as exc:
-                    if not _is_connection_error(exc):
+                    if not is_connection_error(exc):
                         raise
                     last_problem = f"broker {info.leader} unreachable ({exc.code()})"
                 else:
@@ -327,7 +211,7 @@ class WireReader:
         fetch = self._fetch
         offset = start
         deadline = time.monotonic() + self._timeout_s
-        backoff = _Backoff()
+        backoff = Backoff()
         out_of_range_seen = False
         last_problem = "no answer yet"
         while offset < end:
@@ -363,7 +247,7 @@ class WireReader:
                     timeout=self._rpc_timeout_s + fetch.fetch_max_wait_ms / 1000,
                 )
             except grpc.RpcError as exc:
-                if not _is_connection_error(exc):
+                if not is_connection_error(exc):
                     raise
                 last_problem = f"broker {info.leader} unreachable ({exc.code()})"
                 backoff.sleep(deadline)
@@ -435,18 +319,3 @@ class WireReader:
             raise DataLossError(message)
         logger.warning("skipping lost records: %s", message)
         return resume
-
-
-def _snapshot_of(reply: broker_pb2.MetadataResponse) -> ClusterSnapshot:
-    brokers = {b.broker_id: f"{b.host}:{b.port}" for b in reply.brokers}
-    topics: set[str] = set()
-    partitions: dict[TP, PartitionLeader] = {}
-    for topic in reply.topics:
-        if topic.error_code != ErrorCode.NONE:
-            continue
-        topics.add(topic.name)
-        for part in topic.partitions:
-            partitions[(topic.name, part.partition)] = PartitionLeader(
-                leader=part.leader, leader_epoch=part.leader_epoch
-            )
-    return ClusterSnapshot(brokers=brokers, topics=frozenset(topics), partitions=partitions)

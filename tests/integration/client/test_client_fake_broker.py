@@ -46,6 +46,8 @@ async def test_not_leader_refreshes_metadata_and_retries_same_sequence(
         md = await p.send_and_wait("t", b"v", partition=0)
     assert md.offset == 0
     assert broker.metadata_calls > metadata_before
+    report = p.metrics()["producer-metrics"]
+    assert (report["record-retry-total"], report["record-send-total"]) == (1, 1)
     first, second = broker.produced[0][1], broker.produced[1][1]
     assert first == second  # the retry resends the same bytes: same sequence
     header = parse_header(first)

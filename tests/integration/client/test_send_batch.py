@@ -49,6 +49,7 @@ def test_a_call_lands_in_order_with_one_future(standalone_broker: StandaloneBrok
     assert {m.partition for m in metadata} == {0}
     assert metadata[0].serialized_value_size == 2
     assert metadata[0].serialized_key_size == -1
+    assert metadata[0].log_start_offset == 0
     assert report["record-send-total"] == 5002
     assert report["record-send-rate"] > 0
     assert report["request-latency-avg"] >= 0
