@@ -79,7 +79,7 @@ class Budget:
         self.latency_run_s = 0.5 if quick else 3.0
         self.failover_trials = 1 if quick else 5
         self.storage_mib = 8 if quick else 64
-        self.spark_rows = 20_000 if quick else 200_000
+        self.spark_rows = 100_000 if quick else 1_000_000
 
 
 def _storage(budget: Budget) -> str:
@@ -354,7 +354,7 @@ def _spark(result: SuiteResult, budget: Budget, root: Path) -> None:
                 record_bytes=size,
                 runs=runs,
                 notes=f"df.write.format('minikafka') of {sink.rows} cached rows, "
-                f"local[{spark_bench.TASKS}], sink defaults (acks=all, idempotent)",
+                f"local[{sink.tasks}], sink defaults (acks=all, idempotent)",
             )
         )
 
