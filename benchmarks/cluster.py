@@ -20,6 +20,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 
 import grpc
@@ -46,8 +47,14 @@ class BenchCluster:
         log_level: str = "INFO",
         controllers: int = 1,
         tls: bool = False,
+        broker_args: Sequence[str] = (),
+        broker_env: dict[str, str] | None = None,
     ) -> None:
+        """`broker_args`: extra arguments of every broker (after the defaults);
+        `broker_env`: extra environment of the broker processes (the stage trace switch)."""
         self.data_dir = data_dir
+        self.broker_args = list(broker_args)
+        self.broker_env = dict(broker_env or {})
         self.tls = tls
         self.certs: dict[str, CertPaths] = {}
         self.log_level = log_level
@@ -138,7 +145,11 @@ class BenchCluster:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                env=dict(os.environ, PYTHONUNBUFFERED="1"),
+                env=dict(
+                    os.environ,
+                    PYTHONUNBUFFERED="1",
+                    **(self.broker_env if name.startswith("broker") else {}),
+                ),
                 start_new_session=True,
             )
         self.procs[name] = proc
@@ -155,6 +166,7 @@ class BenchCluster:
             self.controller_address,
             "--data-dir",
             str(self.data_dir / f"broker-{broker_id}"),
+            *self.broker_args,
         ]
 
     def _controller_name(self, node_id: int) -> str:

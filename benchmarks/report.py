@@ -10,6 +10,9 @@ from typing import Any
 
 import msgspec
 
+from benchmarks.breakdown import Breakdown
+from benchmarks.rebalance_bench import TARGET_MS as REBALANCE_TARGET_MS
+from benchmarks.rebalance_bench import RebalanceResult
 from benchmarks.stats import CaseResult, FailoverResult, LatencyResult, ratio
 
 
@@ -20,8 +23,15 @@ class SuiteResult(msgspec.Struct, kw_only=True):
     machine: dict[str, Any] = msgspec.field(default_factory=dict)
     cases: list[CaseResult] = msgspec.field(default_factory=list)
     latency: list[LatencyResult] = msgspec.field(default_factory=list)
+    #: Open-loop latency at shares of the measured maximum throughput (issue 19).
+    latency_sweep: list[LatencyResult] = msgspec.field(default_factory=list)
+    #: Per-stage acks=all latency from traced brokers (`benchmarks.breakdown`).
+    breakdown: list[Breakdown] = msgspec.field(default_factory=list)
+    #: PartitionLog append ÷ os.write throughput of 1 KiB batches (`storage_bench`).
+    storage_append_ratio: float = math.nan
     rtt: dict[str, float] = msgspec.field(default_factory=dict)
     failover: list[FailoverResult] = msgspec.field(default_factory=list)
+    rebalance: list[RebalanceResult] = msgspec.field(default_factory=list)
     storage: str = ""
     skipped: list[str] = msgspec.field(default_factory=list)
 
@@ -142,6 +152,11 @@ def table(result: SuiteResult) -> str:
             f"{_fmt(ratio(lat.p50_ms - lat.linger_ms, b3_p50), 1)}, p99 ÷ B3 p99 = "
             f"{_fmt(ratio(lat.p99_ms, b3_p99), 1)})"
         )
+    for lat in result.latency_sweep:
+        lines.append(
+            f"{lat.name}: p50 {_fmt(lat.p50_ms)} ms, p99 {_fmt(lat.p99_ms)} ms, "
+            f"p99.9 {_fmt(lat.p999_ms)} ms"
+        )
     fenced = result.machine.get("brokers_fenced_by_session_timeout")
     if fenced:
         lines.append(f"WARNING: {len(fenced)} broker fencings by session timeout during the runs")
@@ -150,6 +165,12 @@ def table(result: SuiteResult) -> str:
             f"failover ({fo.mode:<10}): median {fo.median_ms:.0f} ms, max {fo.max_ms:.0f} ms over "
             f"{len(fo.trials_ms)} trials {fo.trials_ms}; {fo.acked} acked, {fo.lost} lost "
             f"({fo.notes})"
+        )
+    for rb in result.rebalance:
+        lines.append(
+            f"rebalance ({rb.kind:<5}): median {rb.median_ms:.0f} ms, max {rb.max_ms:.0f} ms over "
+            f"{len(rb.trials_ms)} rounds {rb.trials_ms} (heartbeat interval "
+            f"{rb.heartbeat_interval_ms} ms; {rb.notes})"
         )
     return "\n".join(lines)
 
@@ -206,6 +227,59 @@ def _grpc_check(
     return (f"{label} >= {target}x raw gRPC {ceiling_name.split()[1]} ceiling", met, measured)
 
 
+#: Issue 19: e2e 10 k rec/s acks=all latency against the gRPC round trip of the same run.
+LATENCY_P50_RTT_TARGET = 4.0
+LATENCY_P99_RTT_TARGET = 10.0
+#: Issue 19: RF=3 acks=all ÷ RF=3 acks=1 producer throughput at 1 KiB.
+ACKS_ALL_OVER_ACKS_1_TARGET = 0.85
+#: Issue 19: PartitionLog append ÷ os.write of 1 KiB batches.
+STORAGE_APPEND_TARGET = 0.3
+
+
+def datapath_acceptance(result: SuiteResult) -> list[tuple[str, bool | None, str]]:
+    """Issue 19's same-run ratios: e2e latency vs gRPC RTT, acks=all vs acks=1, storage."""
+    checks: list[tuple[str, bool | None, str]] = []
+    lat = next((item for item in result.latency if item.rate_per_s == 10_000), None)
+    if lat is not None and result.rtt:
+        p50 = ratio(lat.p50_ms - lat.linger_ms, result.rtt["p50_ms"])
+        p99 = ratio(lat.p99_ms, result.rtt["p99_ms"])
+        checks.append(
+            (
+                f"e2e 10 k rec/s x 1 KiB acks=all (p50 - linger) <= {LATENCY_P50_RTT_TARGET:g}x "
+                "gRPC RTT p50",
+                None if math.isnan(p50) else p50 <= LATENCY_P50_RTT_TARGET,
+                f"{_fmt(p50, 1)}x",
+            )
+        )
+        checks.append(
+            (
+                f"e2e 10 k rec/s x 1 KiB acks=all p99 <= {LATENCY_P99_RTT_TARGET:g}x gRPC RTT p99",
+                None if math.isnan(p99) else p99 <= LATENCY_P99_RTT_TARGET,
+                f"{_fmt(p99, 1)}x",
+            )
+        )
+    acks_all = result.case("produce 1024 B RF=3 acks=all")
+    acks_1 = result.case("produce 1024 B RF=3 acks=1")
+    if acks_all is not None and acks_1 is not None:
+        share = ratio(acks_all.mib_per_s, acks_1.mib_per_s)
+        checks.append(
+            (
+                f"1 KiB RF=3 acks=all >= {ACKS_ALL_OVER_ACKS_1_TARGET:g}x RF=3 acks=1 throughput",
+                None if math.isnan(share) else share >= ACKS_ALL_OVER_ACKS_1_TARGET,
+                f"{_fmt(share, 2)}x ({acks_all.mib_per_s:.0f} vs {acks_1.mib_per_s:.0f} MiB/s)",
+            )
+        )
+    if not math.isnan(result.storage_append_ratio):
+        checks.append(
+            (
+                f"PartitionLog append >= {STORAGE_APPEND_TARGET:g}x os.write, 1 KiB batches",
+                result.storage_append_ratio >= STORAGE_APPEND_TARGET,
+                f"{result.storage_append_ratio:.2f}x",
+            )
+        )
+    return checks
+
+
 def acceptance(result: SuiteResult) -> list[tuple[str, bool | None, str]]:
     """(target, met?, measured) for the issues' acceptance targets (None: not measured)."""
     ours = result.case("produce 100 B RF=3 acks=all")
@@ -258,6 +332,7 @@ def acceptance(result: SuiteResult) -> list[tuple[str, bool | None, str]]:
                 f"{_rate(bulk.records_per_s)} rows/s; {_fmt(versus_send, 2)}x send())",
             )
         )
+    checks.extend(datapath_acceptance(result))
     kill = next((f for f in result.failover if f.mode == "kill"), None)
     if kill is not None:
         checks.append(
@@ -275,6 +350,15 @@ def acceptance(result: SuiteResult) -> list[tuple[str, bool | None, str]]:
                 "median, zero acked loss",
                 controller.median_ms <= 1000 and controller.lost == 0,
                 f"{controller.median_ms:.0f} ms, {controller.lost} lost",
+            )
+        )
+    for rb in result.rebalance:
+        checks.append(
+            (
+                f"consumer-group rebalance on {rb.kind} <= {REBALANCE_TARGET_MS:.0f} ms median "
+                f"(heartbeat interval {rb.heartbeat_interval_ms} ms)",
+                rb.median_ms <= REBALANCE_TARGET_MS,
+                f"{rb.median_ms:.0f} ms",
             )
         )
     return checks
@@ -300,7 +384,7 @@ def write_json(result: SuiteResult, path: Path) -> None:
 
 
 def plot(result: SuiteResult, directory: Path) -> list[Path]:
-    """throughput.png, latency.png and failover.png in `directory`."""
+    """throughput.png, latency.png, latency_load.png and failover.png in `directory`."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -352,6 +436,32 @@ def plot(result: SuiteResult, directory: Path) -> list[Path]:
         axis.legend(fontsize=8)
         fig.tight_layout()
         path = directory / "latency.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
+    if result.latency_sweep:
+        top = result.machine.get("sweep_max_records_per_s", math.nan)
+        fig, axis = plt.subplots(figsize=(7, 4.5))
+        rates = [lat.rate_per_s for lat in result.latency_sweep]
+        for label, attr in (("p50", "p50_ms"), ("p99", "p99_ms"), ("p99.9", "p999_ms")):
+            axis.plot(
+                rates,
+                [getattr(lat, attr) for lat in result.latency_sweep],
+                marker="o",
+                label=label,
+            )
+        if result.rtt:
+            axis.axhline(result.rtt["p50_ms"], color="gray", linestyle="--", label="gRPC RTT p50")
+        axis.set_xticks(
+            rates, [f"{r / 1000:.1f} k\n({ratio(r, top):.0%})" for r in rates], fontsize=8
+        )
+        axis.set_xlabel("open-loop rate, records/s (share of measured max acks=all throughput)")
+        axis.set_ylabel("end-to-end latency, ms (log scale)")
+        axis.set_yscale("log")
+        axis.set_title("RF=3 acks=all 1 KiB, linger 5 ms: latency under load")
+        axis.legend(fontsize=8)
+        fig.tight_layout()
+        path = directory / "latency_load.png"
         fig.savefig(path, dpi=110)
         plt.close(fig)
         written.append(path)

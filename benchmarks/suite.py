@@ -8,10 +8,14 @@ TLS and mutual TLS on every listener and link (its own 3-broker cluster, the sam
 workload; reported as TLS ÷ plaintext); the Spark sink's batch write into RF=3 acks=all next
 to `Producer.send_batch` and `send()` on its own 3-broker cluster (reported as sink ÷
 send_batch; benchmarks/spark_bench.py); open-loop end-to-end
-latency; failover (kill -9 and SIGSTOP of the leader, kill -9 of the active controller; own
-cluster with a quorum of three controllers); Redis Streams and NATS JetStream R3 driven from
-Python. Each measurement runs in a fresh spawned process: a warm-up and three runs, median
-reported. Writes results.json and PNG plots to --out.
+latency at 10 k rec/s and at 10/50/80 % of the measured RF=3 acks=all 1 KiB maximum
+(`latency_load.png`); the per-stage breakdown of the 10 k rec/s acks=all latency on a
+cluster whose brokers trace their stages (`benchmarks.breakdown`); failover (kill -9 and
+SIGSTOP of the leader, kill -9 of the active controller; own cluster with a quorum of
+three controllers); consumer-group rebalance time when a member joins and leaves
+(`rebalance_bench`, own cluster, heartbeat interval 250 ms); Redis Streams and NATS
+JetStream R3 driven from Python. Each measurement runs in a fresh spawned process: a
+warm-up and three runs, median reported. Writes results.json and PNG plots to --out.
 
     python -m benchmarks [--quick] [--out benchmarks/results] [--skip peers,failover]
 
@@ -40,7 +44,16 @@ from pathlib import Path
 
 import msgspec
 
-from benchmarks import failover, grpc_baseline, peers, spark_bench, stats, workloads
+from benchmarks import (
+    breakdown,
+    failover,
+    grpc_baseline,
+    peers,
+    rebalance_bench,
+    spark_bench,
+    stats,
+    workloads,
+)
 from benchmarks.cluster import BenchCluster
 from benchmarks.harness import in_worker
 from benchmarks.report import (
@@ -55,7 +68,21 @@ from benchmarks.report import (
     write_json,
 )
 
-PARTS = ("storage", "grpc", "minikafka", "tls", "spark", "latency", "failover", "peers")
+PARTS = (
+    "storage",
+    "grpc",
+    "minikafka",
+    "tls",
+    "spark",
+    "latency",
+    "breakdown",
+    "failover",
+    "rebalance",
+    "peers",
+)
+#: Open-loop rates of the latency sweep, as shares of the measured RF=3 acks=all 1 KiB
+#: maximum throughput.
+SWEEP_SHARES = (0.1, 0.5, 0.8)
 SIZES = (100, 1024)
 #: (label, replication factor, acks) of the producer cases.
 PRODUCE_CONFIGS: tuple[tuple[str, int, int | str], ...] = (
@@ -78,6 +105,7 @@ class Budget:
         self.latency_warmup_s = 0.5 if quick else 1.0
         self.latency_run_s = 0.5 if quick else 3.0
         self.failover_trials = 1 if quick else 5
+        self.rebalance_rounds = 2 if quick else 7
         self.storage_mib = 8 if quick else 64
         self.spark_rows = 100_000 if quick else 1_000_000
 
@@ -91,6 +119,13 @@ def _storage(budget: Budget) -> str:
         check=True,
     )
     return proc.stdout.strip()
+
+
+def _storage_part(result: SuiteResult, budget: Budget) -> None:
+    result.storage = _storage(budget)
+    for line in result.storage.splitlines():
+        if line.startswith("append "):
+            result.storage_append_ratio = float(line.split()[-1])
 
 
 def _grpc(result: SuiteResult, budget: Budget, root: Path) -> None:
@@ -224,6 +259,7 @@ def _minikafka(result: SuiteResult, budget: Budget, root: Path, parts: set[str])
                     cluster.wait_active(len(cluster.broker_addresses))
         if "latency" in parts:
             result.latency.append(_latency(cluster, budget, root, run_id))
+            _latency_sweep(result, cluster, budget, root, run_id)
     fencing = [
         line.split(" INFO ")[0] + " " + line.split("state_change: ", 1)[-1]
         for line in (root / "cluster" / "controller.log").read_text().splitlines()
@@ -374,23 +410,32 @@ def spark_comparison(quick: bool = False, work_dir: Path | None = None) -> Suite
     return result
 
 
-def _latency(cluster: BenchCluster, budget: Budget, root: Path, run_id: str) -> stats.LatencyResult:
-    from concurrent.futures import ProcessPoolExecutor
-    from multiprocessing import get_context
-
-    spec = workloads.LatencySpec(
+def _latency_spec(
+    cluster: BenchCluster, budget: Budget, topic: str, rate_per_s: int, *, runs: int
+) -> workloads.LatencySpec:
+    return workloads.LatencySpec(
         bootstrap=cluster.bootstrap,
-        topic=f"latency-{run_id}",
-        rate_per_s=10_000,
+        topic=topic,
+        rate_per_s=rate_per_s,
         record_bytes=1024,
         acks="all",
         linger_ms=5,
         warmup_s=budget.latency_warmup_s,
         seconds_per_run=budget.latency_run_s,
-        runs=budget.runs,
+        runs=runs,
     )
+
+
+def _open_loop(
+    spec: workloads.LatencySpec, root: Path, name: str
+) -> tuple[stats.LatencyResult, list[tuple[int, int, int]]]:
+    """One open-loop latency measurement on a fresh RF=3 topic (min.insync.replicas=2);
+    also returns the consumer's records when `spec.keep_records`."""
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
     in_worker(workloads.ensure_topic, spec.bootstrap, spec.topic, 3, {"min.insync.replicas": "2"})
-    ready = root / f"latency-{run_id}.ready"
+    ready = root / f"{spec.topic}.ready"
     spawn = get_context("spawn")
     with (
         ProcessPoolExecutor(1, mp_context=spawn) as consumer_pool,
@@ -403,8 +448,8 @@ def _latency(cluster: BenchCluster, budget: Budget, root: Path, run_id: str) -> 
     in_worker(workloads.drop_topics, spec.bootstrap, [spec.topic])
     runs = outcome["runs"]
     p50, p99, p999 = workloads.gather_latency(runs)
-    return stats.LatencyResult(
-        name=f"e2e RF=3 acks=all {spec.rate_per_s // 1000} k rec/s x 1 KiB, linger 5 ms",
+    latency = stats.LatencyResult(
+        name=name,
         rate_per_s=spec.rate_per_s,
         record_bytes=spec.record_bytes,
         linger_ms=spec.linger_ms,
@@ -415,6 +460,75 @@ def _latency(cluster: BenchCluster, budget: Budget, root: Path, run_id: str) -> 
         delivered=int(outcome["delivered"]),
         notes=f"{sent} sent; latency = consumer receive - intended send time",
     )
+    return latency, outcome.get("records", [])
+
+
+def _latency(cluster: BenchCluster, budget: Budget, root: Path, run_id: str) -> stats.LatencyResult:
+    spec = _latency_spec(cluster, budget, f"latency-{run_id}", 10_000, runs=budget.runs)
+    name = f"e2e RF=3 acks=all {spec.rate_per_s // 1000} k rec/s x 1 KiB, linger 5 ms"
+    return _open_loop(spec, root, name)[0]
+
+
+def _max_rate(result: SuiteResult, cluster: BenchCluster, budget: Budget, run_id: str) -> float:
+    """RF=3 acks=all 1 KiB records/s: this run's producer row, else measured here."""
+    case = result.case("produce 1024 B RF=3 acks=all")
+    if case is not None:
+        return case.records_per_s
+    spec = workloads.ProduceSpec(
+        bootstrap=cluster.bootstrap,
+        topic=f"sweep-max-{run_id}",
+        replication_factor=3,
+        acks="all",
+        record_bytes=1024,
+        seconds=budget.seconds,
+        runs=1,
+        pids=cluster.pids(),
+    )
+    runs = in_worker(workloads.produce_throughput, spec)
+    in_worker(workloads.drop_topics, cluster.bootstrap, [spec.topic])
+    cluster.wait_active(len(cluster.broker_addresses))
+    return stats.summarize(
+        "max", group="produce", system="minikafka", record_bytes=1024, runs=runs
+    ).records_per_s
+
+
+def _latency_sweep(
+    result: SuiteResult, cluster: BenchCluster, budget: Budget, root: Path, run_id: str
+) -> None:
+    """Open-loop latency at `SWEEP_SHARES` of the measured maximum throughput."""
+    top = _max_rate(result, cluster, budget, run_id)
+    result.machine["sweep_max_records_per_s"] = round(top)
+    for share in SWEEP_SHARES:
+        rate = max(int(top * share), 100)
+        spec = _latency_spec(cluster, budget, f"sweep-{run_id}-{int(share * 100)}", rate, runs=1)
+        name = f"open loop {share:.0%} of max ({_rate_text(rate)} rec/s) RF=3 acks=all 1 KiB"
+        result.latency_sweep.append(_open_loop(spec, root, name)[0])
+
+
+def _rate_text(rate: float) -> str:
+    return f"{rate / 1000:.1f} k" if rate >= 1000 else f"{rate:.0f}"
+
+
+def _breakdown(result: SuiteResult, budget: Budget, root: Path) -> None:
+    """The 10 k rec/s acks=all latency run on a cluster whose brokers trace their stages
+    (`minikafka.stage_trace`), joined per record (`benchmarks.breakdown`)."""
+    from minikafka import stage_trace
+
+    trace_dir = root / "stage-trace"
+    run_id = uuid.uuid4().hex[:6]
+    with BenchCluster(
+        root / "cluster-traced", broker_env={stage_trace.ENV: str(trace_dir)}
+    ) as cluster:
+        spec = msgspec.structs.replace(
+            _latency_spec(cluster, budget, f"traced-{run_id}", 10_000, runs=budget.runs),
+            keep_records=True,
+        )
+        name = "breakdown, e2e RF=3 acks=all 10 k rec/s x 1 KiB, linger 5 ms (traced brokers)"
+        _, records = _open_loop(spec, root, name)
+        # Late events are flushed by the followers' next long-poll fetches.
+        time.sleep(2 * stage_trace.FLUSH_EVERY_S + 1)
+    events = breakdown.read_events(trace_dir, spec.topic)
+    result.breakdown.append(breakdown.analyze(name, events, records))
 
 
 def _failover(result: SuiteResult, budget: Budget, root: Path) -> None:
@@ -422,6 +536,13 @@ def _failover(result: SuiteResult, budget: Budget, root: Path) -> None:
         trials=budget.failover_trials, request_timeout_ms=1000, data_dir=str(root / "failover")
     )
     result.failover.extend(in_worker(failover.run_failover, spec))
+
+
+def _rebalance(result: SuiteResult, budget: Budget, root: Path) -> None:
+    spec = rebalance_bench.RebalanceSpec(
+        rounds=budget.rebalance_rounds, data_dir=str(root / "rebalance")
+    )
+    result.rebalance.extend(in_worker(rebalance_bench.run_rebalance, spec))
 
 
 def _peers(result: SuiteResult, budget: Budget, root: Path) -> None:
@@ -524,7 +645,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     steps: list[tuple[str, Callable[[Path], None]]] = []
     if "storage" in parts:
-        steps.append(("storage", lambda root: setattr(result, "storage", _storage(budget))))
+        steps.append(("storage", lambda root: _storage_part(result, budget)))
     if "grpc" in parts:
         steps.append(("gRPC ceilings", lambda root: _grpc(result, budget, root)))
     if parts & {"minikafka", "latency"}:
@@ -533,8 +654,12 @@ def main(argv: list[str] | None = None) -> int:
         steps.append(("TLS", lambda root: _tls(result, budget, root)))
     if "spark" in parts:
         steps.append(("Spark sink", lambda root: _spark(result, budget, root)))
+    if "breakdown" in parts:
+        steps.append(("breakdown", lambda root: _breakdown(result, budget, root)))
     if "failover" in parts:
         steps.append(("failover", lambda root: _failover(result, budget, root)))
+    if "rebalance" in parts:
+        steps.append(("rebalance", lambda root: _rebalance(result, budget, root)))
     if "peers" in parts:
         steps.append(("peers", lambda root: _peers(result, budget, root)))
 
@@ -563,6 +688,9 @@ def main(argv: list[str] | None = None) -> int:
         print(result.storage)
         print()
     print(table(result))
+    for item in result.breakdown:
+        print()
+        print(breakdown.text(item))
     print()
     print(acceptance_text(result))
     for note in result.skipped:

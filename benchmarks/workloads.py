@@ -59,6 +59,9 @@ class LatencySpec(msgspec.Struct, frozen=True, kw_only=True):
     warmup_s: float
     seconds_per_run: float
     runs: int
+    #: Also return `(offset, intended send ns, received ns)` of every record
+    #: (`benchmarks.breakdown`).
+    keep_records: bool = False
 
     @property
     def total_records(self) -> int:
@@ -242,6 +245,7 @@ def latency_consumer(spec: LatencySpec, ready_path: str) -> dict[str, Any]:
         tp = TopicPartition(spec.topic, 0)
         stamps: list[int] = []
         latencies_ns: list[int] = []
+        kept: list[tuple[int, int, int]] = []
         async with AsyncConsumer(
             bootstrap_servers=spec.bootstrap,
             auto_offset_reset="earliest",
@@ -263,7 +267,12 @@ def latency_consumer(spec: LatencySpec, ready_path: str) -> dict[str, Any]:
                         if stamp:
                             stamps.append(stamp)
                             latencies_ns.append(now_ns - stamp)
-        return slice_runs(stamps, latencies_ns, spec)
+                            if spec.keep_records:
+                                kept.append((record.offset, stamp, now_ns))
+        outcome = slice_runs(stamps, latencies_ns, spec)
+        if spec.keep_records:
+            outcome["records"] = kept
+        return outcome
 
     return run_async(main())
 

@@ -332,6 +332,8 @@ class Broker:
                 num_partitions=config.offsets_topic_num_partitions,
                 replication_factor=config.offsets_topic_replication_factor,
                 commit_timeout_ms=config.offsets_commit_timeout_ms,
+                compaction_min_records=config.offsets_compaction_min_records,
+                lease_ms=config.replica_lag_time_max_ms,
             ),
             clock=self.clock,
             group_config=GroupConfig(
@@ -488,7 +490,9 @@ class Broker:
             await asyncio.sleep(tick_ms / 1000)
             now = self.clock.monotonic_ms()
             try:
-                logs.flush_due(self.clock.wall_ms())
+                # fsyncs (a rolled 64 MiB segment takes 100+ ms on a busy disk) must not
+                # stall the loop: PartitionLog and FileBudget are safe from a thread.
+                await asyncio.to_thread(logs.flush_due, self.clock.wall_ms())
                 if now >= next_checkpoint:
                     logs.checkpoint()
                     next_checkpoint = now + config.checkpoint_interval_ms

@@ -63,6 +63,7 @@ class BrokerConfig(msgspec.Struct, frozen=True, kw_only=True):
     offsets_topic_num_partitions: PositiveMs = 50
     offsets_topic_replication_factor: PositiveMs = 3
     offsets_commit_timeout_ms: PositiveMs = 5_000
+    offsets_compaction_min_records: PositiveMs = 10_000
     group_consumer_session_timeout_ms: PositiveMs = 45_000
     group_consumer_heartbeat_interval_ms: PositiveMs = 5_000
     # Topic defaults (per-topic configs override these)

@@ -1,5 +1,6 @@
-"""A consumer's group membership (KIP-848): the heartbeat task, offset commits and
-committed-offset lookups. Decisions are the PURE rules of `client.group_rules`.
+"""A consumer's group membership (KIP-848): the heartbeat task and the reconciliation of
+assignments. Decisions are the PURE rules of `client.group_rules`; commits and
+committed-offset lookups are `client.group_offsets`.
 
 The member id is a random UUID chosen once per consumer (as Kafka 4's consumer does). The
 heartbeat task finds the coordinator (FindCoordinator on any broker) and sends
@@ -24,23 +25,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import inspect
 import logging
 import time
-import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import grpc
 
-from client.errors import CommitFailedError, from_response
+from client.errors import from_response
+from client.group_offsets import CoordinatorLink, GroupOffsets, MemberIdentity
 from client.group_rules import GroupAction, assignment_change, commit_action, heartbeat_action
 from client.records import OffsetAndMetadata, TopicPartition
 from client.subscription import SubscriptionState
 from client.transport import BrokerConnections
-from minikafka.errors import ErrorCode, MiniKafkaError, code_from_wire
-from minikafka.v1 import broker_pb2, broker_pb2_grpc, common_pb2
+from minikafka.errors import MiniKafkaError, code_from_wire
+from minikafka.v1 import broker_pb2
 
 logger = logging.getLogger(__name__)
 
@@ -95,17 +95,21 @@ class GroupMember:
         wake_fetcher: Callable[[], None],
     ) -> None:
         self.settings = settings
-        self.member_id = uuid.uuid4().hex
-        self.epoch = 0
+        self.identity = MemberIdentity()
         self.owned: set[TopicPartition] = set()
         self.listener = ConsumerRebalanceListener()
         self._conn = conn
         self._subscription = subscription
         self._wake_fetcher = wake_fetcher
-        self._coordinator: str | None = None
+        self._coordinator = CoordinatorLink(settings.group_id, conn)
+        self._offsets = GroupOffsets(
+            settings.group_id,
+            identity=self.identity,
+            coordinator=self._coordinator,
+            subscription=subscription,
+        )
         self._interval_s = settings.heartbeat_interval_ms / 1000
         self._sent_topics: frozenset[str] | None = None
-        self._joined = False
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._closed = False
@@ -118,6 +122,15 @@ class GroupMember:
         #: applied across an await is dropped if it changed meanwhile.
         self._generation = 0
         self._next_auto_commit = time.monotonic() + settings.auto_commit_interval_ms / 1000
+
+    @property
+    def member_id(self) -> str:
+        return self.identity.member_id
+
+    @property
+    def epoch(self) -> int:
+        """The member epoch the coordinator gave (0: not joined)."""
+        return self.identity.epoch
 
     # ---- lifecycle --------------------------------------------------------------------
 
@@ -138,7 +151,7 @@ class GroupMember:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
-        if self._joined:
+        if self.identity.joined:
             if self.settings.enable_auto_commit and self.owned:
                 await self._commit_quietly(self.owned)
             await self._leave()
@@ -155,11 +168,11 @@ class GroupMember:
         if self._left_for_poll_timeout:
             self._left_for_poll_timeout = False
             self.wake()
-        if self._joined and self._target is not None and self._target != self.owned:
+        if self.identity.joined and self._target is not None and self._target != self.owned:
             await self._apply_target(self._target)
         if (
             self.settings.enable_auto_commit
-            and self._joined
+            and self.identity.joined
             and self.owned
             and time.monotonic() >= self._next_auto_commit
         ):
@@ -179,11 +192,11 @@ class GroupMember:
                         await self._leave_for_poll_timeout()
                     else:
                         wait_s = await self._beat()
-                elif self._joined:
+                elif self.identity.joined:
                     await self._leave()
             except (grpc.aio.AioRpcError, OSError) as exc:
                 logger.debug("group %s: heartbeat failed: %s", self.settings.group_id, exc)
-                self._coordinator = None
+                self._coordinator.forget()
                 wait_s = backoff_s
             except MiniKafkaError as exc:
                 # From an offset lookup while applying an assignment, or a refusal.
@@ -192,7 +205,7 @@ class GroupMember:
                     await self._lose_everything(str(exc))
                     wait_s = 0.0
                 elif action in (GroupAction.FIND_COORDINATOR, GroupAction.RETRY):
-                    self._coordinator = None
+                    self._coordinator.forget()
                     wait_s = backoff_s
                 else:  # a configuration error: raised at the next poll
                     self._failure = exc
@@ -206,24 +219,24 @@ class GroupMember:
 
     def _poll_timed_out(self) -> bool:
         idle_ms = (time.monotonic() - self.last_poll) * 1000
-        return self._joined and idle_ms > self.settings.max_poll_interval_ms
+        return self.identity.joined and idle_ms > self.settings.max_poll_interval_ms
 
     async def _beat(self) -> float:
         """One heartbeat; returns how long to wait before the next."""
-        stub = await self._coordinator_stub()
+        stub = await self._coordinator.stub()
         if stub is None:
             return self._conn.retry_backoff_ms / 1000
         topics = self._subscription.topics
         request = broker_pb2.ConsumerGroupHeartbeatRequest(
             group_id=self.settings.group_id,
-            member_id=self.member_id,
-            member_epoch=self.epoch if self._joined else 0,
+            member_id=self.identity.member_id,
+            member_epoch=self.identity.epoch if self.identity.joined else 0,
             instance_id=self.settings.group_instance_id or "",
             rebalance_timeout_ms=self.settings.max_poll_interval_ms,
             session_timeout_ms=self.settings.session_timeout_ms,
             client_id=self.settings.client_id,
         )
-        if not self._joined or topics != self._sent_topics:
+        if not self.identity.joined or topics != self._sent_topics:
             request.subscribed_topics.topics.extend(sorted(topics))
         request.owned.SetInParent()
         for tp in sorted(self.owned):
@@ -232,9 +245,9 @@ class GroupMember:
         code = code_from_wire(reply.error_code)
         action = heartbeat_action(code)
         if action is GroupAction.OK:
-            self._joined = True
+            self.identity.joined = True
             self._sent_topics = topics
-            self.epoch = reply.member_epoch
+            self.identity.epoch = reply.member_epoch
             if reply.heartbeat_interval_ms > 0:
                 self._interval_s = reply.heartbeat_interval_ms / 1000
             if reply.HasField("assignment"):
@@ -249,7 +262,7 @@ class GroupMember:
             await self._lose_everything(f"{code.name}: {reply.error_message}")
             return 0.0
         if action is GroupAction.FIND_COORDINATOR:
-            self._coordinator = None
+            self._coordinator.forget()
             return self._conn.retry_backoff_ms / 1000
         if action is GroupAction.RETRY:
             return self._conn.retry_backoff_ms / 1000
@@ -300,7 +313,7 @@ class GroupMember:
         logger.info(
             "group %s: member %s lost its partitions (%s)",
             self.settings.group_id,
-            self.member_id,
+            self.identity.member_id,
             why,
         )
         lost = set(self.owned)
@@ -308,18 +321,18 @@ class GroupMember:
         self._target = None
         self._generation += 1
         self._subscription.set_assignment(set())
-        self._joined = False
-        self.epoch = 0
+        self.identity.joined = False
+        self.identity.epoch = 0
         if lost:
             await _call(self.listener.on_partitions_lost, lost)
 
     async def _leave(self) -> None:
-        stub = self._coordinator_stub_now()
-        self._joined = False
+        stub = self._coordinator.stub_now()
+        self.identity.joined = False
         if stub is not None:
             request = broker_pb2.ConsumerGroupHeartbeatRequest(
                 group_id=self.settings.group_id,
-                member_id=self.member_id,
+                member_id=self.identity.member_id,
                 member_epoch=-2 if self.settings.group_instance_id else -1,
                 instance_id=self.settings.group_instance_id or "",
             )
@@ -332,7 +345,7 @@ class GroupMember:
         self._target = None
         self._generation += 1
         self._subscription.set_assignment(set())
-        self.epoch = 0
+        self.identity.epoch = 0
         if lost:
             await _call(self.listener.on_partitions_revoked, lost)
 
@@ -345,151 +358,24 @@ class GroupMember:
         self._left_for_poll_timeout = True
         await self._leave()
 
-    # ---- coordinator ------------------------------------------------------------------
-
-    def _coordinator_stub_now(self) -> broker_pb2_grpc.BrokerServiceAsyncStub | None:
-        return None if self._coordinator is None else self._conn.stub(self._coordinator)
-
-    async def _coordinator_stub(self) -> broker_pb2_grpc.BrokerServiceAsyncStub | None:
-        if self._coordinator is None:
-            for address in self._conn.any_stub_addresses():
-                try:
-                    reply = await self._conn.stub(address).FindCoordinator(
-                        broker_pb2.FindCoordinatorRequest(group_ids=[self.settings.group_id]),
-                        timeout=self._conn.timeout_s,
-                    )
-                except grpc.aio.AioRpcError:
-                    continue
-                [found] = reply.coordinators
-                action = commit_action(code_from_wire(found.error_code))
-                if action is GroupAction.OK:
-                    self._coordinator = f"{found.host}:{found.port}"
-                    break
-                if action is GroupAction.FAIL:
-                    raise from_response(
-                        found.error_code, found.error_message, context="FindCoordinator"
-                    )
-                return None
-        return self._coordinator_stub_now()
-
-    # ---- offsets ----------------------------------------------------------------------
-
-    def _positions(
-        self, partitions: Iterable[TopicPartition]
-    ) -> dict[TopicPartition, OffsetAndMetadata]:
-        result: dict[TopicPartition, OffsetAndMetadata] = {}
-        for tp in partitions:
-            state = self._subscription.assignment.get(tp)
-            if state is not None and state.position() >= 0:
-                result[tp] = OffsetAndMetadata(state.position(), "", state.consumed_epoch)
-        return result
+    # ---- offsets (delegated to `client.group_offsets`) -------------------------------
 
     async def _commit_quietly(self, partitions: Iterable[TopicPartition]) -> None:
-        try:
-            await self.commit(self._positions(partitions))
-        except Exception as exc:  # auto-commit: logged, the next one tries again
-            logger.warning("group %s: auto-commit failed: %s", self.settings.group_id, exc)
+        await self._offsets.commit_quietly(partitions)
 
     async def commit(self, offsets: dict[TopicPartition, OffsetAndMetadata] | None = None) -> None:
         """Commit `offsets` (default: the position of every owned partition); raises
         `CommitFailedError` when the member was fenced (its partitions may have moved)."""
-        if offsets is None:
-            offsets = self._positions(self.owned)
-        if not offsets:
-            return
-        # A heartbeat answer may move the member epoch while a commit is on its way
-        # (STALE_MEMBER_EPOCH): sent again with the new epoch, a bounded number of times.
-        for _ in range(3):
-            sent_epoch = self.epoch
-            request = broker_pb2.OffsetCommitRequest(
-                group_id=self.settings.group_id,
-                member_id=self.member_id if self._joined else "",
-                member_epoch=sent_epoch if self._joined else -1,
-            )
-            for tp, meta in sorted(offsets.items()):
-                request.partitions.add(
-                    topic=tp.topic,
-                    partition=tp.partition,
-                    offset=meta.offset,
-                    leader_epoch=meta.leader_epoch,
-                    metadata=meta.metadata,
-                )
-            reply = await self._with_coordinator(functools.partial(self._send_commit, request))
-            code = code_from_wire(reply.error_code)
-            moved = self._joined and self.epoch != sent_epoch
-            if not (code is ErrorCode.STALE_MEMBER_EPOCH and moved):
-                break
-        if commit_action(code) is GroupAction.FENCED:
-            raise CommitFailedError(
-                f"commit refused for group {self.settings.group_id}: {reply.error_message} "
-                f"[{code.name}]; the partitions may have moved to another member"
-            )
-        if code is not ErrorCode.NONE:
-            raise from_response(reply.error_code, reply.error_message, context="OffsetCommit")
-
-    async def _send_commit(
-        self,
-        request: broker_pb2.OffsetCommitRequest,
-        stub: broker_pb2_grpc.BrokerServiceAsyncStub,
-    ) -> broker_pb2.OffsetCommitResponse:
-        return await stub.OffsetCommit(request, timeout=self._conn.timeout_s)
+        await self._offsets.commit(
+            self._offsets.positions(self.owned) if offsets is None else offsets
+        )
 
     async def fetch_committed(
         self, partitions: Iterable[TopicPartition]
     ) -> dict[TopicPartition, OffsetAndMetadata | None]:
         """Committed offsets (None: none committed). A fencing answer is raised, never
         read as "no committed offset"."""
-        wanted = sorted(set(partitions))
-        request = broker_pb2.OffsetFetchRequest(
-            group_id=self.settings.group_id,
-            member_id=self.member_id if self._joined else "",
-            member_epoch=self.epoch if self._joined else -1,
-            partitions=[
-                common_pb2.TopicPartition(topic=tp.topic, partition=tp.partition) for tp in wanted
-            ],
-        )
-        reply = await self._with_coordinator(
-            lambda stub: stub.OffsetFetch(request, timeout=self._conn.timeout_s)
-        )
-        if reply.error_code != ErrorCode.NONE:
-            raise from_response(reply.error_code, reply.error_message, context="OffsetFetch")
-        found = {
-            TopicPartition(p.topic, p.partition): (
-                None if p.offset < 0 else OffsetAndMetadata(p.offset, p.metadata, p.leader_epoch)
-            )
-            for p in reply.partitions
-        }
-        return {tp: found.get(tp) for tp in wanted}
-
-    async def _with_coordinator(
-        self, call: Callable[[broker_pb2_grpc.BrokerServiceAsyncStub], Any]
-    ) -> Any:
-        """`call` on the coordinator, found again or retried while the answer says so,
-        within `request_timeout_ms`; returns the last answer."""
-        deadline = time.monotonic() + self._conn.timeout_s
-        backoff_s = self._conn.retry_backoff_ms / 1000
-        while True:
-            stub = await self._coordinator_stub()
-            reply: Any = None
-            if stub is not None:
-                try:
-                    reply = await call(stub)
-                except grpc.aio.AioRpcError:
-                    self._coordinator = None
-            if reply is not None:
-                action = commit_action(code_from_wire(reply.error_code))
-                if action is GroupAction.FIND_COORDINATOR:
-                    self._coordinator = None
-                elif action is not GroupAction.RETRY:
-                    return reply
-            if time.monotonic() + backoff_s > deadline:
-                if reply is not None:
-                    return reply
-                raise from_response(
-                    int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
-                    f"no coordinator for group {self.settings.group_id} answered",
-                )
-            await asyncio.sleep(backoff_s)
+        return await self._offsets.fetch_committed(partitions)
 
 
 async def _call(

@@ -78,6 +78,8 @@ _PREFIX = struct.Struct("<qiib")  # base_offset, batch_length, leader_epoch, mag
 _HEADER = struct.Struct("<qiibIIhiqqqhii")
 _TAIL = struct.Struct("<hiqqqhii")  # attributes .. record_count (40 bytes, CRC-covered)
 _U32 = struct.Struct("<I")
+_I16 = struct.Struct("<h")
+_I64 = struct.Struct("<q")
 _HEADER_CRC_POS: Final = 17
 _CRC_POS: Final = 21
 _CRC_START: Final = 25
@@ -391,19 +393,79 @@ def stamp(
     return prefix + _U32.pack(_crc32c.crc32c(covered)) + bytes(covered)
 
 
-def parse_header(buf: bytes | memoryview, pos: int = 0, *, verify_crc: bool = True) -> BatchHeader:
-    """Decode and validate the batch that starts at `buf[pos]`.
+#: The 14 raw header fields, in `BatchHeader` field order (`header_fields`).
+HeaderFields: TypeAlias = tuple[
+    int, int, int, int, int, int, int, int, int, int, int, int, int, int
+]
+#: Indexes into `HeaderFields` (the hot paths read fields without building a struct).
+F_BASE_OFFSET: Final = 0
+F_BATCH_LENGTH: Final = 1
+F_LEADER_EPOCH: Final = 2
+F_ATTRIBUTES: Final = 6
+F_LAST_OFFSET_DELTA: Final = 7
+F_FIRST_TIMESTAMP: Final = 8
+F_MAX_TIMESTAMP: Final = 9
+F_PRODUCER_ID: Final = 10
+F_PRODUCER_EPOCH: Final = 11
+F_BASE_SEQUENCE: Final = 12
+F_RECORD_COUNT: Final = 13
 
-    Raises `CorruptBatchError` naming the problem when the batch is truncated, its
-    length, magic or a CRC is wrong, or its header fields are inconsistent.
+_unpack_header = _HEADER.unpack_from
+_crc = _crc32c.crc32c
+_KNOWN_CODECS: Final = frozenset(int(c) for c in Compression)
+
+
+def header_fields(
+    buf: bytes | memoryview | bytearray, pos: int = 0, *, verify_crc: bool = True
+) -> HeaderFields:
+    """Decode and validate the batch that starts at `buf[pos]`: its raw header fields.
+
+    The framing rules of `parse_header` (one home), without building a `BatchHeader`:
+    what the append paths call once per batch. Raises `CorruptBatchError` naming the
+    problem when the batch is truncated, its length, magic or a CRC is wrong, or its
+    header fields are inconsistent.
     """
     available = len(buf) - pos
     if available < HEADER_SIZE:
         raise CorruptBatchError(
             f"truncated batch at byte {pos}: {available} bytes, header needs {HEADER_SIZE}"
         )
-    fields = _HEADER.unpack_from(buf, pos)
-    header = BatchHeader(
+    fields: HeaderFields = _unpack_header(buf, pos)
+    view = memoryview(buf)
+    if _crc(view[pos : pos + _HEADER_CRC_POS]) != fields[4]:
+        raise CorruptBatchError(f"header CRC mismatch in batch at byte {pos}")
+    if fields[3] != MAGIC:
+        raise CorruptBatchError(f"unsupported magic {fields[3]} in batch at byte {pos}")
+    batch_length = fields[1]
+    if batch_length < MIN_BATCH_LENGTH:
+        raise CorruptBatchError(
+            f"batch length {batch_length} at byte {pos} is below the minimum {MIN_BATCH_LENGTH}"
+        )
+    size = batch_length + LENGTH_PREFIX_SIZE
+    if size > available:
+        raise CorruptBatchError(
+            f"truncated batch at byte {pos}: length says {size} bytes, {available} present"
+        )
+    if verify_crc and _crc(view[pos + _CRC_START : pos + size]) != fields[5]:
+        raise CorruptBatchError(f"CRC mismatch in batch at byte {pos}")
+    count = fields[13]
+    if count < 1:
+        raise CorruptBatchError(f"batch at byte {pos} has {count} records")
+    if fields[7] != count - 1:
+        raise CorruptBatchError(
+            f"batch at byte {pos}: last offset delta {fields[7]} does not "
+            f"match record count {count}"
+        )
+    if fields[6] & _COMPRESSION_MASK not in _KNOWN_CODECS:
+        raise CorruptBatchError(
+            f"batch at byte {pos}: unsupported compression codec {fields[6] & _COMPRESSION_MASK}"
+        )
+    return fields
+
+
+def header_from_fields(fields: HeaderFields) -> BatchHeader:
+    """The `BatchHeader` of raw fields from `header_fields`."""
+    return BatchHeader(
         base_offset=fields[0],
         batch_length=fields[1],
         leader_epoch=fields[2],
@@ -419,37 +481,122 @@ def parse_header(buf: bytes | memoryview, pos: int = 0, *, verify_crc: bool = Tr
         base_sequence=fields[12],
         record_count=fields[13],
     )
+
+
+def parse_header(buf: bytes | memoryview, pos: int = 0, *, verify_crc: bool = True) -> BatchHeader:
+    """Decode and validate the batch that starts at `buf[pos]`.
+
+    Raises `CorruptBatchError` naming the problem when the batch is truncated, its
+    length, magic or a CRC is wrong, or its header fields are inconsistent.
+    """
+    return header_from_fields(header_fields(buf, pos, verify_crc=verify_crc))
+
+
+def scan_batches(
+    buf: bytes | memoryview | bytearray, *, verify_crc: bool = True
+) -> list[tuple[int, HeaderFields]]:
+    """`(position, fields)` of every batch of a concatenation of batches, all validated
+    (`header_fields`) before anything is returned: all or nothing.
+
+    The append paths' hot loop: a batch that passes every framing rule in one expression
+    is taken as is; any other goes through `header_fields`, the rules' one home, which
+    raises the precise error (or, should the two ever disagree, decides).
+    """
     view = memoryview(buf)
-    if _crc32c.crc32c(view[pos : pos + _HEADER_CRC_POS]) != header.header_crc:
-        raise CorruptBatchError(f"header CRC mismatch in batch at byte {pos}")
-    if header.magic != MAGIC:
-        raise CorruptBatchError(f"unsupported magic {header.magic} in batch at byte {pos}")
-    if header.batch_length < MIN_BATCH_LENGTH:
-        raise CorruptBatchError(
-            f"batch length {header.batch_length} at byte {pos} is below the minimum "
-            f"{MIN_BATCH_LENGTH}"
-        )
-    if header.size > available:
-        raise CorruptBatchError(
-            f"truncated batch at byte {pos}: length says {header.size} bytes, {available} present"
-        )
-    if verify_crc:
-        end = pos + header.size
-        if _crc32c.crc32c(view[pos + _CRC_START : end]) != header.crc:
-            raise CorruptBatchError(f"CRC mismatch in batch at byte {pos}")
-    if header.record_count < 1:
-        raise CorruptBatchError(f"batch at byte {pos} has {header.record_count} records")
-    if header.last_offset_delta != header.record_count - 1:
-        raise CorruptBatchError(
-            f"batch at byte {pos}: last offset delta {header.last_offset_delta} does not "
-            f"match record count {header.record_count}"
-        )
-    if header.attributes & _COMPRESSION_MASK not in Compression._value2member_map_:
-        raise CorruptBatchError(
-            f"batch at byte {pos}: unsupported compression codec "
-            f"{header.attributes & _COMPRESSION_MASK}"
-        )
-    return header
+    end = len(view)
+    found: list[tuple[int, HeaderFields]] = []
+    unpack = _unpack_header
+    crc = _crc
+    known = _KNOWN_CODECS
+    pos = 0
+    while pos < end:
+        if end - pos >= HEADER_SIZE:
+            fields: HeaderFields = unpack(view, pos)
+            size = fields[1] + LENGTH_PREFIX_SIZE
+            count = fields[13]
+            if (
+                fields[3] == MAGIC
+                and fields[1] >= MIN_BATCH_LENGTH
+                and pos + size <= end
+                and count >= 1
+                and fields[7] == count - 1
+                and fields[6] & _COMPRESSION_MASK in known
+                and crc(view[pos : pos + _HEADER_CRC_POS]) == fields[4]
+                and (not verify_crc or crc(view[pos + _CRC_START : pos + size]) == fields[5])
+            ):
+                found.append((pos, fields))
+                pos += size
+                continue
+        fields = header_fields(view, pos, verify_crc=verify_crc)
+        found.append((pos, fields))
+        pos += fields[1] + LENGTH_PREFIX_SIZE
+    return found
+
+
+def stamp_all_in_place(
+    buf: bytearray,
+    scanned: Sequence[tuple[int, HeaderFields]],
+    *,
+    first_offset: int,
+    leader_epoch: int,
+    log_append_time_ms: int | None = None,
+) -> list[tuple[int, int, int]]:
+    """`stamp_in_place` for every batch of a validated record set (`scan_batches`), with
+    consecutive base offsets from `first_offset`, in one loop (the leader's append path).
+
+    Returns `(position, base offset, max timestamp)` of each batch (the broker's
+    timestamp for LogAppendTime); the next offset is the last base offset + its count.
+    """
+    if log_append_time_ms is not None:
+        stamped: list[tuple[int, int, int]] = []
+        offset = first_offset
+        for pos, fields in scanned:
+            stamp_in_place(
+                buf,
+                pos,
+                fields,
+                base_offset=offset,
+                leader_epoch=leader_epoch,
+                log_append_time_ms=log_append_time_ms,
+            )
+            stamped.append((pos, offset, log_append_time_ms))
+            offset += fields[13]
+        return stamped
+    pack = _PREFIX.pack
+    pack_crc = _U32.pack_into
+    crc = _crc
+    batches: list[tuple[int, int, int]] = []
+    offset = first_offset
+    for pos, fields in scanned:
+        prefix = pack(offset, fields[1], leader_epoch, MAGIC)
+        buf[pos : pos + _HEADER_CRC_POS] = prefix
+        pack_crc(buf, pos + _HEADER_CRC_POS, crc(prefix))
+        batches.append((pos, offset, fields[9]))
+        offset += fields[13]
+    return batches
+
+
+def stamp_in_place(
+    buf: bytearray,
+    pos: int,
+    fields: HeaderFields,
+    *,
+    base_offset: int,
+    leader_epoch: int,
+    log_append_time_ms: int | None = None,
+) -> None:
+    """Restamp the validated batch at `buf[pos]` (raw `fields`) in place: base offset,
+    leader epoch and header CRC (as `stamp`), and for LogAppendTime topics the
+    timestamp type bit, the max timestamp and the main CRC."""
+    prefix = _PREFIX.pack(base_offset, fields[1], leader_epoch, MAGIC)
+    buf[pos : pos + _HEADER_CRC_POS] = prefix
+    _U32.pack_into(buf, pos + _HEADER_CRC_POS, _crc(prefix))
+    if log_append_time_ms is None:
+        return
+    _I16.pack_into(buf, pos + _CRC_START, fields[6] | _TIMESTAMP_TYPE_BIT)
+    _I64.pack_into(buf, pos + _MAX_TIMESTAMP_POS, log_append_time_ms)
+    end = pos + fields[1] + LENGTH_PREFIX_SIZE
+    _U32.pack_into(buf, pos + _CRC_POS, _crc(memoryview(buf)[pos + _CRC_START : end]))
 
 
 def _array_header_bytes(count: int) -> int:
@@ -467,32 +614,45 @@ def content_problem(
     `record_count` records (uncompressed: at `MIN_RECORD_BYTES` each; compressed: within
     `max_records_bytes` once expanded, which `decode_records` enforces).
     """
+    return fields_content_problem(
+        msgspec.structs.astuple(header),
+        max_records_bytes=max_records_bytes,
+    )
+
+
+def fields_content_problem(
+    fields: HeaderFields, *, max_records_bytes: int = RECORDS_BYTES_MAX
+) -> str | None:
+    """`content_problem` of raw header fields (`header_fields`): the one home of the
+    rules, on the fields the leader's append path has without building a struct."""
     # Fast path (every leader append): one expression; the explanation only on failure.
-    count = header.record_count
-    producer_id = header.producer_id
+    count = fields[13]
+    producer_id = fields[10]
+    producer_epoch = fields[11]
+    base_sequence = fields[12]
     if (
         (
             (
                 producer_id == NO_PRODUCER_ID
-                and header.producer_epoch >= NO_PRODUCER_ID
-                and header.base_sequence >= NO_PRODUCER_ID
+                and producer_epoch >= NO_PRODUCER_ID
+                and base_sequence >= NO_PRODUCER_ID
             )
             or (
                 producer_id >= 0
-                and 0 <= header.producer_epoch <= PRODUCER_EPOCH_MAX
-                and header.base_sequence >= 0
+                and 0 <= producer_epoch <= PRODUCER_EPOCH_MAX
+                and base_sequence >= 0
             )
         )
-        and header.first_timestamp_ms >= NO_TIMESTAMP
-        and header.max_timestamp_ms >= NO_TIMESTAMP
+        and fields[8] >= NO_TIMESTAMP
+        and fields[9] >= NO_TIMESTAMP
         and (
-            count * MIN_RECORD_BYTES + 5 <= header.batch_length - _BODY_LENGTH_OFFSET
-            if header.attributes & _COMPRESSION_MASK == 0
+            count * MIN_RECORD_BYTES + 5 <= fields[1] - _BODY_LENGTH_OFFSET
+            if fields[6] & _COMPRESSION_MASK == 0
             else count * MIN_RECORD_BYTES <= max_records_bytes
         )
     ):
         return None
-    return _explain_content_problem(header, max_records_bytes)
+    return _explain_content_problem(header_from_fields(fields), max_records_bytes)
 
 
 #: `batch_length` minus this is the size of the records section.

@@ -209,6 +209,13 @@ def group_options(func: F) -> F:
                 "How long an offset commit waits for its record to be replicated.",
             ),
             (
+                "--offsets-compaction-min-records",
+                "A __consumer_offsets partition this broker leads is compacted (a snapshot of "
+                "its live keys, then its log start moves to it) once it holds this many "
+                "records and more than twice its live keys: loading a partition stays "
+                "bounded by its live state, not its history.",
+            ),
+            (
                 "--group-consumer-session-timeout-ms",
                 "A group member that sends no heartbeat for this long is fenced and its "
                 "partitions reassigned (a member may ask for its own, within 1 s .. 30 min).",

@@ -7,10 +7,15 @@ log and keeps the loaded state.
 - **Topic**: created on first FindCoordinator with `offsets.topic.num.partitions`
   partitions, replication factor min(`offsets.topic.replication.factor`, live brokers),
   `min.insync.replicas` 2 when that is 3 or more, and `retention.ms=-1` (minikafka does
-  not compact, so commits are kept by never deleting segments). Once created, the topic's
+  not compact: commits are kept by never deleting segments by age, and `compactor` moves
+  the log start past what a snapshot replaces). Once created, the topic's
   real partition count is what places groups; the setting is not read again.
 - **Coordinator**: this broker coordinates the groups of the `__consumer_offsets`
-  partitions it leads. Each request checks leadership (NOT_COORDINATOR otherwise).
+  partitions it leads. Each request checks leadership (NOT_COORDINATOR otherwise) and
+  the leader's lease (`offsets.coordinator_lease_holds`: enough followers fetched from it
+  within replica.lag.time.max.ms; COORDINATOR_NOT_AVAILABLE otherwise, FindCoordinator
+  too), so a leader cut off from the cluster stops answering before a new coordinator
+  could fence its members.
 - **Loading**: the first request after this broker became leader at a leader epoch starts
   one task that replays the partition from its log start to its log end (as leader, the
   log is the truth: everything acknowledged is in it); until it is done every request for
@@ -18,6 +23,10 @@ log and keeps the loaded state.
 - **Membership** (the pure `Group`) is appended the same way after every heartbeat that
   changed more than deadlines, before it is answered; loading replays it and restarts the
   members' deadlines. Heartbeats of one group are serialised by a lock.
+- **Compaction** (`compactor`): every append passes the partition's gate; once a
+  partition holds `compaction_min_records` records and more than twice its live keys, a
+  snapshot of its live keys is appended and its log start offset moved to it, so a load
+  replays the live state and what came since, not the whole history.
 - **Commits** are appended as one batch with acks=all and answered once the high
   watermark covers them; only then do they enter the loaded state (a later append of the
   same key wins there as in the log). An append error is mapped by `commit_error`.
@@ -33,6 +42,7 @@ from typing import Protocol
 import msgspec
 
 from broker.clock import Clock
+from broker.group.compactor import OffsetsAppender, read_pairs
 from broker.group.membership import (
     check_offset_commit,
     check_offset_fetch,
@@ -55,6 +65,7 @@ from broker.group.offsets import (
     OffsetRecord,
     Offsets,
     commit_error,
+    coordinator_lease_holds,
     coordinator_partition,
     encode_commit,
     encode_group,
@@ -62,16 +73,14 @@ from broker.group.offsets import (
     replay_groups,
 )
 from broker.metadata_cache import MetadataCache
-from broker.replica.manager import ProduceItem, ReplicaManager
+from broker.replica.manager import ReplicaManager
 from broker.replica.partition import Partition
+from broker.replica.state import LeaderState
 from minikafka.errors import ErrorCode, MiniKafkaError, code_from_wire
-from minikafka.record_batch import build_batch, decode_records, iter_batches
+from minikafka.record_batch import build_batch
 from minikafka.v1 import controller_pb2
 
 logger = logging.getLogger(__name__)
-
-#: Bytes read from the log per step of a load (the task yields between steps).
-LOAD_READ_BYTES = 1 << 20
 
 
 class TopicCreator(Protocol):
@@ -86,6 +95,12 @@ class OffsetsTopicSettings(msgspec.Struct, frozen=True, kw_only=True):
     num_partitions: int = 50
     replication_factor: int = 3
     commit_timeout_ms: int = 5_000
+    #: A partition is compacted once it holds this many records and more than twice its
+    #: live keys (`offsets.compaction_due`).
+    compaction_min_records: int = 10_000
+    #: How long a leader may coordinate without hearing from enough followers
+    #: (`offsets.coordinator_lease_holds`; the broker's replica.lag.time.max.ms).
+    lease_ms: int = 10_000
 
 
 class Refusal(msgspec.Struct, frozen=True):
@@ -128,6 +143,14 @@ class _Loaded:
         #: (group, partition) -> log offset of the commit in `offsets` made by this leader.
         self.commit_offsets: dict[tuple[str, TopicPartition], int] = {}
         self.task: asyncio.Task[None] | None = None
+        #: Every append to the partition at this epoch goes through it (set by the
+        #: coordinator when it starts loading).
+        self.appender: OffsetsAppender | None = None
+
+    def live_keys(self) -> int:
+        return sum(len(parts) for parts in self.offsets.values()) + sum(
+            1 for group in self.persisted.values() if group is not None
+        )
 
 
 class GroupCoordinator:
@@ -181,6 +204,13 @@ class GroupCoordinator:
                 ),
                 partition=partition,
             )
+        try:
+            local = self._replicas.leader_partition(OFFSETS_TOPIC, partition)
+        except MiniKafkaError:
+            local = None  # another broker leads it
+        refusal = None if local is None else self._lease_refusal(local)
+        if refusal is not None:
+            return CoordinatorAnswer(error=refusal, partition=partition)
         return CoordinatorAnswer(node_id=leader, partition=partition)
 
     def _partition_count(self) -> int:
@@ -238,17 +268,8 @@ class GroupCoordinator:
         ]
         pairs = [encode_commit(group_id, tp, record) for tp, record in stamped]
         batch = build_batch([(now_ms, key, value, None) for key, value in pairs])
-        [result] = await self._replicas.produce(
-            acks=-1,
-            timeout_ms=timeout_ms or self._settings.commit_timeout_ms,
-            items=[
-                ProduceItem(
-                    topic=OFFSETS_TOPIC,
-                    partition=index,
-                    records=batch,
-                    current_leader_epoch=loaded.leader_epoch,
-                )
-            ],
+        result = await self._appender(loaded).append(
+            batch, timeout_ms or self._settings.commit_timeout_ms
         )
         if result.error_code is not ErrorCode.NONE:
             return Refusal(commit_error(result.error_code), result.error_message)
@@ -318,7 +339,7 @@ class GroupCoordinator:
             # or a commit from an old incarnation could match a new member epoch.
             durable = without_deadlines(group)
             if durable != loaded.persisted.get(group_id):
-                refusal = await self._persist(loaded, index, group_id, durable)
+                refusal = await self._persist(loaded, group_id, durable)
                 if refusal is not None:
                     return HeartbeatResult(error=int(refusal.code), message=refusal.message)
                 loaded.persisted[group_id] = durable
@@ -326,25 +347,20 @@ class GroupCoordinator:
             self._store(loaded, group)
             return result
 
-    async def _persist(
-        self, loaded: _Loaded, index: int, group_id: str, group: Group | None
-    ) -> Refusal | None:
+    async def _persist(self, loaded: _Loaded, group_id: str, group: Group | None) -> Refusal | None:
         key, value = encode_group(group_id, group)
-        [result] = await self._replicas.produce(
-            acks=-1,
-            timeout_ms=self._settings.commit_timeout_ms,
-            items=[
-                ProduceItem(
-                    topic=OFFSETS_TOPIC,
-                    partition=index,
-                    records=build_batch([(self._clock.wall_ms(), key, value, None)]),
-                    current_leader_epoch=loaded.leader_epoch,
-                )
-            ],
+        result = await self._appender(loaded).append(
+            build_batch([(self._clock.wall_ms(), key, value, None)]),
+            self._settings.commit_timeout_ms,
         )
         if result.error_code is not ErrorCode.NONE:
             return Refusal(commit_error(result.error_code), result.error_message)
         return None
+
+    @staticmethod
+    def _appender(loaded: _Loaded) -> OffsetsAppender:
+        assert loaded.appender is not None, "set when the partition started loading"
+        return loaded.appender
 
     def metrics(self) -> GroupSnapshot:
         """The groups of the partitions this broker leads and has loaded, their members and
@@ -447,17 +463,9 @@ class GroupCoordinator:
         if not tombstones:  # known only in memory: nothing to write
             loaded.groups.pop(group_id, None)
             return None
-        [result] = await self._replicas.produce(
-            acks=-1,
-            timeout_ms=timeout_ms or self._settings.commit_timeout_ms,
-            items=[
-                ProduceItem(
-                    topic=OFFSETS_TOPIC,
-                    partition=index,
-                    records=build_batch([(now_ms, key, value, None) for key, value in tombstones]),
-                    current_leader_epoch=loaded.leader_epoch,
-                )
-            ],
+        result = await self._appender(loaded).append(
+            build_batch([(now_ms, key, value, None) for key, value in tombstones]),
+            timeout_ms or self._settings.commit_timeout_ms,
         )
         if result.error_code is not ErrorCode.NONE:
             return Refusal(commit_error(result.error_code), result.error_message)
@@ -487,11 +495,24 @@ class GroupCoordinator:
             partition = self._replicas.leader_partition(OFFSETS_TOPIC, index)
         except MiniKafkaError as exc:
             return Refusal(ErrorCode.NOT_COORDINATOR, f"not the coordinator of {group_id!r}: {exc}")
+        refusal = self._lease_refusal(partition)
+        if refusal is not None:
+            return refusal
         loaded = self._loaded.get(index)
         if loaded is None or loaded.leader_epoch != partition.leader_epoch:
             if loaded is not None and loaded.task is not None:
                 loaded.task.cancel()
             loaded = _Loaded(partition.leader_epoch)
+            loaded.appender = OffsetsAppender(
+                replicas=self._replicas,
+                partition=partition,
+                index=index,
+                leader_epoch=partition.leader_epoch,
+                min_records=self._settings.compaction_min_records,
+                timeout_ms=self._settings.commit_timeout_ms,
+                wall_ms=self._clock.wall_ms,
+                live_keys=loaded.live_keys,
+            )
             self._loaded[index] = loaded
             loaded.task = asyncio.create_task(self._load(index, partition, loaded))
         if not loaded.done:
@@ -500,6 +521,24 @@ class GroupCoordinator:
                 f"loading {OFFSETS_TOPIC}-{index} at leader epoch {loaded.leader_epoch}",
             )
         return loaded, partition, index
+
+    def _lease_refusal(self, partition: Partition) -> Refusal | None:
+        """COORDINATOR_NOT_AVAILABLE while too few followers fetched from this leader
+        lately: it may have been replaced without knowing it (see
+        `offsets.coordinator_lease_holds`)."""
+        state = partition.state
+        if not isinstance(state, LeaderState) or coordinator_lease_holds(
+            follower_fetch_ms=[f.last_fetch_time_ms for f in state.followers],
+            min_insync_replicas=state.min_insync_replicas,
+            now_ms=self._clock.monotonic_ms(),
+            lease_ms=self._settings.lease_ms,
+        ):
+            return None
+        return Refusal(
+            ErrorCode.COORDINATOR_NOT_AVAILABLE,
+            f"{OFFSETS_TOPIC}-{partition.partition}: too few followers fetched from this "
+            f"leader in the last {self._settings.lease_ms} ms; it may have been replaced",
+        )
 
     async def _load(self, index: int, partition: Partition, loaded: _Loaded) -> None:
         try:
@@ -512,17 +551,7 @@ class GroupCoordinator:
 
     async def _replay_log(self, partition: Partition, loaded: _Loaded) -> None:
         log = partition.log
-        offset, end = log.log_start_offset, log.log_end_offset
-        pairs: list[tuple[bytes | None, bytes | None]] = []
-        while offset < end:
-            chunk = log.read(offset, max_bytes=LOAD_READ_BYTES, max_offset=end).records
-            if not chunk:
-                break
-            for position, header in iter_batches(chunk):
-                _, rows = decode_records(chunk[position : position + header.size])
-                pairs.extend((key, value) for _, key, value, _ in rows)
-                offset = header.next_offset
-            await asyncio.sleep(0)  # let other requests run between steps
+        pairs = await read_pairs(partition, log.log_start_offset, log.log_end_offset)
         loaded.offsets = replay({}, pairs)
         now_ms = self._clock.monotonic_ms()
         for group_id, group in replay_groups({}, pairs).items():
@@ -538,7 +567,12 @@ class GroupCoordinator:
         )
 
     async def close(self) -> None:
-        tasks = [t for t in (lo.task for lo in self._loaded.values()) if t is not None]
+        tasks = [
+            t
+            for lo in self._loaded.values()
+            for t in (lo.task, lo.appender.compaction if lo.appender else None)
+            if t is not None
+        ]
         if self._creating is not None:
             tasks.append(self._creating)
         for task in tasks:

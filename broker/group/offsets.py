@@ -15,6 +15,12 @@ the internal topic `__consumer_offsets`, and how a coordinator rebuilds them by 
   nil when its last member left. A new coordinator replays them (`replay_groups`) and
   restarts every member's deadlines from its load (`membership.restart_deadlines`), so
   members keep their epochs and partitions across a coordinator change.
+- **Compaction** (`snapshot`, `compaction_due`): Kafka compacts `__consumer_offsets`;
+  minikafka instead appends a snapshot of a partition's live keys (one record per
+  committed offset and per group, the values replay would give) and moves the log start
+  offset to it, once the partition holds `min_records` records and more than twice its
+  live keys; replaying the snapshot alone gives the same state, so a load reads O(live
+  keys + min_records) records instead of the whole history.
 - **Leader epoch**: a committed offset keeps the leader epoch of the record it points after
   (-1 when the consumer does not know it), so a consumer resuming after an unclean election
   can detect that the log was truncated below its position.
@@ -145,6 +151,49 @@ def replay(
         else:
             result.setdefault(group_id, {})[tp] = record
     return result
+
+
+def snapshot(
+    offsets: Mapping[str, Mapping[TopicPartition, OffsetRecord]], groups: Mapping[str, Group]
+) -> list[tuple[bytes, bytes | None]]:
+    """The records that, replayed on their own, give exactly `offsets` and `groups`: one per
+    live key, in a stable order (groups, then offsets, sorted), no tombstones."""
+    pairs: list[tuple[bytes, bytes | None]] = [
+        encode_group(group_id, groups[group_id]) for group_id in sorted(groups)
+    ]
+    for group_id in sorted(offsets):
+        committed = offsets[group_id]
+        pairs.extend(encode_commit(group_id, tp, committed[tp]) for tp in sorted(committed))
+    return pairs
+
+
+def compaction_due(*, records_in_log: int, live_keys: int, min_records: int) -> bool:
+    """Whether a partition holding `records_in_log` records (log end - log start) for
+    `live_keys` live keys should be compacted: at least `min_records`, and more than twice
+    the live keys (so each compaction at least halves it, and a load never reads more
+    than about max(min_records, 2 * live keys) records plus what came since)."""
+    return records_in_log >= min_records and records_in_log > 2 * live_keys
+
+
+def coordinator_lease_holds(
+    *, follower_fetch_ms: Iterable[int], min_insync_replicas: int, now_ms: int, lease_ms: int
+) -> bool:
+    """Whether the leader of a `__consumer_offsets` partition may still act as the
+    coordinator of its groups: at least `min_insync_replicas - 1` followers fetched from it
+    (in its leader epoch) within the last `lease_ms` (`replica.lag.time.max.ms`).
+
+    A leader cut off from its followers (and the controller) keeps thinking it leads, and
+    would answer heartbeats from memory while a new leader coordinates the same groups:
+    members talking to it would keep partitions the new coordinator gives to others. A
+    new coordinator can only hand out partitions it has written with acks=all, i.e. with
+    `min_insync_replicas - 1` followers fetching from it, not from the old leader; so once
+    the old one has not heard from that many followers for `lease_ms` it stops. The new
+    one fences a member for silence at the earliest a session timeout after it took over
+    (it restarts every member's deadline when it loads), so members never have two
+    coordinators at once as long as `lease_ms` is below their session timeout.
+    """
+    recent = sum(1 for fetched in follower_fetch_ms if now_ms - fetched <= lease_ms)
+    return recent + 1 >= min_insync_replicas
 
 
 def commit_error(append_error: ErrorCode) -> ErrorCode:

@@ -66,14 +66,18 @@ class OffsetIndex:
         del self.offsets[:]
         del self.positions[:]
 
-    def persist(self) -> None:
+    def encoded(self) -> bytes:
+        """The on-disk form of the entries now (a copy: the caller may write it later)."""
         data = array("q")
         for offset, position in zip(self.offsets, self.positions, strict=True):
             data.append(offset)
             data.append(position)
         if sys.byteorder != "little":
             data.byteswap()
-        checkpoint.atomic_write(self.path, data.tobytes())
+        return data.tobytes()
+
+    def persist(self) -> None:
+        checkpoint.atomic_write(self.path, self.encoded())
 
     def discard_file(self) -> None:
         """Remove the on-disk copy (it no longer matches the log after a truncation)."""

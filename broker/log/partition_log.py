@@ -24,6 +24,7 @@ from typing import Final
 import msgspec
 
 from broker.log.checkpoint import TMP_SUFFIX, fsync_dir
+from broker.log.checkpoint import atomic_write as checkpoint_write
 from broker.log.config import LogConfig
 from broker.log.epoch_cache import CHECKPOINT_NAME, LeaderEpochCache
 from broker.log.errors import (
@@ -39,21 +40,29 @@ from broker.log.errors import (
 from broker.log.file_budget import FileBudget
 from broker.log.segment import INDEX_SUFFIX, LogSegment, parse_segment_name
 from minikafka.record_batch import (
+    F_ATTRIBUTES,
+    F_BASE_OFFSET,
+    F_BATCH_LENGTH,
+    F_FIRST_TIMESTAMP,
+    F_LAST_OFFSET_DELTA,
+    F_LEADER_EPOCH,
+    F_MAX_TIMESTAMP,
+    F_RECORD_COUNT,
+    LENGTH_PREFIX_SIZE,
     NO_TIMESTAMP,
     BatchHeader,
     Compression,
     CorruptBatchError,
-    content_problem,
+    HeaderFields,
     decode_rows,
-    iter_batches,
-    stamp,
-    stamp_prefix,
+    fields_content_problem,
+    scan_batches,
+    stamp_all_in_place,
 )
 
 logger = logging.getLogger(__name__)
 
-#: Bytes of a batch before the part that `stamp_prefix` leaves untouched.
-_STAMPED_PREFIX_SIZE: Final = 21
+_COMPRESSION_MASK: Final = 0x07
 
 
 class AppendInfo(msgspec.Struct, frozen=True, kw_only=True):
@@ -91,25 +100,28 @@ class ReadResult(msgspec.Struct, frozen=True, kw_only=True):
     next_offset: int  # offset after the last returned batch (the requested one if empty)
 
 
-def validate_record_set(records: bytes | memoryview) -> list[tuple[int, BatchHeader]]:
+def validate_record_set(
+    records: bytes | memoryview | bytearray,
+) -> list[tuple[int, HeaderFields]]:
     """Validate the framing of every batch of an append (header, CRC, whole batches); all
-    or nothing. What a follower checks: it appends exactly the leader's bytes."""
+    or nothing. What a follower checks: it appends exactly the leader's bytes. Returns
+    `(position, raw header fields)` per batch (`record_batch.scan_batches`)."""
     if not records:
         raise InvalidRecordError("empty record set: an append needs at least one batch")
     try:
-        return list(iter_batches(records, verify_crc=True))
+        return scan_batches(records, verify_crc=True)
     except CorruptBatchError as exc:
         raise CorruptRecordError(str(exc)) from exc
 
 
 def validate_leader_record_set(
-    records: bytes | memoryview,
+    records: bytes | memoryview | bytearray,
     config: LogConfig,
     *,
     now_ms: int,
     log_append_time: bool,
     walk_records: bool = False,
-) -> list[tuple[int, BatchHeader]]:
+) -> list[tuple[int, HeaderFields]]:
     """What the leader checks before it assigns offsets; all or nothing, nothing decoded.
 
     Framing (`validate_record_set`), then per batch: its size against
@@ -125,23 +137,26 @@ def validate_leader_record_set(
     Kafka's LogValidator walks every record; `walk_records=True` does too (uncompressed
     batches only, as Kafka cannot without decompressing either): `benchmarks.storage_bench`
     measures what it would cost per append.
+
+    Works on raw header fields (`record_batch.header_fields`): one `unpack_from` per
+    batch and no struct built, as this runs for every batch of every produce.
     """
-    headers = validate_record_set(records)
-    limit = config.max_message_bytes
+    scanned = validate_record_set(records)
+    limit = config.max_message_bytes - LENGTH_PREFIX_SIZE  # on batch_length
     earliest_ms = now_ms - config.timestamp_before_max_ms
     latest_ms = now_ms + config.timestamp_after_max_ms
-    view = memoryview(records)
-    for position, header in headers:
-        if header.size > limit:
+    for position, fields in scanned:
+        if fields[F_BATCH_LENGTH] > limit:
             raise RecordTooLargeError(
-                f"batch of {header.size} bytes exceeds max.message.bytes={limit}"
+                f"batch of {fields[F_BATCH_LENGTH] + LENGTH_PREFIX_SIZE} bytes exceeds "
+                f"max.message.bytes={config.max_message_bytes}"
             )
-        problem = content_problem(header)
+        problem = fields_content_problem(fields)
         if problem is not None:
             raise InvalidRecordError(f"batch at byte {position}: {problem}")
         if not log_append_time:
-            first_ms = header.first_timestamp_ms
-            max_ms = header.max_timestamp_ms
+            first_ms = fields[F_FIRST_TIMESTAMP]
+            max_ms = fields[F_MAX_TIMESTAMP]
             if not (
                 (earliest_ms <= first_ms <= latest_ms or first_ms == NO_TIMESTAMP)
                 and (earliest_ms <= max_ms <= latest_ms or max_ms == NO_TIMESTAMP)
@@ -157,12 +172,13 @@ def validate_leader_record_set(
                     f"{config.timestamp_before_max_ms}, message.timestamp.after.max.ms="
                     f"{config.timestamp_after_max_ms} around the broker's clock)"
                 )
-        if walk_records and header.compression is Compression.NONE:
+        if walk_records and fields[F_ATTRIBUTES] & _COMPRESSION_MASK == Compression.NONE:
+            end = position + fields[F_BATCH_LENGTH] + LENGTH_PREFIX_SIZE
             try:
-                decode_rows(view[position : position + header.size])
+                decode_rows(memoryview(records)[position:end])
             except CorruptBatchError as exc:
                 raise InvalidRecordError(f"batch at byte {position}: {exc}") from exc
-    return headers
+    return scanned
 
 
 class PartitionLog:
@@ -197,6 +213,8 @@ class PartitionLog:
         self.high_watermark = high_watermark
         self.recovery_point = recovery_point
         self._lock = threading.RLock()
+        #: Rolled segments whose index is written by the next flush, off the append path.
+        self._index_pending: list[LogSegment] = []
         self._unflushed_messages = 0
         self._first_unflushed_ms = -1
         self._dir_dirty = False
@@ -357,43 +375,25 @@ class PartitionLog:
             )
         except (RecordTooLargeError, InvalidRecordError, InvalidTimestampError) as exc:
             raise type(exc)(f"{self.name}: {exc}") from None
-        view = memoryview(records)
+        append_time_ms = now_ms if log_append_time else None
+        # The one copy of the record bytes: stamped in place, written as one buffer.
+        stamped = bytearray(records)
         with self._lock:
             self._check_open()
-            self._maybe_roll(len(records), now_ms)
-            first_offset = offset = self.log_end_offset
-            buffers: list[bytes | memoryview] = []
-            batches: list[tuple[int, int, int]] = []
-            relative = 0
-            record_count = 0
-            max_timestamp_ms = -1
-            for pos, header in headers:
-                size = header.size
-                count = header.record_count
-                chunk = view[pos : pos + size]
-                if log_append_time:
-                    buffers.append(
-                        stamp(
-                            chunk,
-                            base_offset=offset,
-                            leader_epoch=leader_epoch,
-                            log_append_time_ms=now_ms,
-                        )
-                    )
-                    timestamp_ms = now_ms
-                else:
-                    buffers.append(
-                        stamp_prefix(chunk, base_offset=offset, leader_epoch=leader_epoch)
-                    )
-                    buffers.append(chunk[_STAMPED_PREFIX_SIZE:])
-                    timestamp_ms = header.max_timestamp_ms
-                batches.append((relative, offset, timestamp_ms))
-                max_timestamp_ms = max(max_timestamp_ms, timestamp_ms)
-                relative += size
-                offset += count
-                record_count += count
-            self._write(buffers, batches)
+            self._maybe_roll(len(stamped), now_ms)
+            first_offset = self.log_end_offset
+            batches = stamp_all_in_place(
+                stamped,
+                headers,
+                first_offset=first_offset,
+                leader_epoch=leader_epoch,
+                log_append_time_ms=append_time_ms,
+            )
+            offset = batches[-1][1] + headers[-1][1][F_RECORD_COUNT]
+            max_timestamp_ms = max(max(b[2] for b in batches), -1)
+            self._write([stamped], batches)
             self.epoch_cache.assign(leader_epoch, first_offset)
+            record_count = offset - first_offset
             self._after_append(offset, record_count, now_ms)
             return AppendInfo(
                 first_offset=first_offset,
@@ -402,7 +402,7 @@ class PartitionLog:
                 batch_count=len(headers),
                 max_timestamp_ms=max_timestamp_ms,
                 log_append_time_ms=now_ms if log_append_time else -1,
-                size_bytes=len(records),
+                size_bytes=len(stamped),
             )
 
     def append_as_follower(self, records: bytes, *, now_ms: int) -> AppendInfo:
@@ -420,27 +420,30 @@ class PartitionLog:
             expected = self.log_end_offset
             latest_epoch = self.epoch_cache.latest_epoch()
             epoch = -1 if latest_epoch is None else latest_epoch
-            for _, header in headers:
-                if header.base_offset != expected:
+            for _, fields in headers:
+                base_offset = fields[F_BASE_OFFSET]
+                batch_epoch = fields[F_LEADER_EPOCH]
+                if base_offset != expected:
                     raise InconsistentOffsetError(
                         f"{self.name}: follower append has a batch at offset "
-                        f"{header.base_offset}, expected {expected} (log end "
+                        f"{base_offset}, expected {expected} (log end "
                         f"{self.log_end_offset})"
                     )
-                if 0 <= header.leader_epoch < epoch:
+                if 0 <= batch_epoch < epoch:
                     raise InconsistentEpochError(
                         f"{self.name}: follower append has a batch of leader epoch "
-                        f"{header.leader_epoch} at offset {header.base_offset} after epoch "
+                        f"{batch_epoch} at offset {base_offset} after epoch "
                         f"{epoch}; refusing it (a stale fetch answer)"
                     )
-                epoch = max(epoch, header.leader_epoch)
-                expected = header.next_offset
+                if batch_epoch > epoch:
+                    epoch = batch_epoch
+                expected = base_offset + fields[F_LAST_OFFSET_DELTA] + 1
             self._maybe_roll(len(records), now_ms)
-            batches = [(pos, h.base_offset, h.max_timestamp_ms) for pos, h in headers]
+            batches = [(pos, f[F_BASE_OFFSET], f[F_MAX_TIMESTAMP]) for pos, f in headers]
             self._write([records], batches)
-            for _, header in headers:
-                if header.leader_epoch >= 0:
-                    self.epoch_cache.assign(header.leader_epoch, header.base_offset)
+            for _, fields in headers:
+                if fields[F_LEADER_EPOCH] >= 0:
+                    self.epoch_cache.assign(fields[F_LEADER_EPOCH], fields[F_BASE_OFFSET])
             record_count = expected - self.log_end_offset
             first_offset = self.log_end_offset
             self._after_append(expected, record_count, now_ms)
@@ -449,13 +452,13 @@ class PartitionLog:
                 last_offset=expected - 1,
                 record_count=record_count,
                 batch_count=len(headers),
-                max_timestamp_ms=max(h.max_timestamp_ms for _, h in headers),
+                max_timestamp_ms=max(f[F_MAX_TIMESTAMP] for _, f in headers),
                 log_append_time_ms=-1,
                 size_bytes=len(records),
             )
 
     def _write(
-        self, buffers: list[bytes | memoryview], batches: list[tuple[int, int, int]]
+        self, buffers: list[bytes | bytearray | memoryview], batches: list[tuple[int, int, int]]
     ) -> None:
         try:
             self._segments[-1].append(
@@ -485,10 +488,11 @@ class PartitionLog:
             self._roll(now_ms)
 
     def _roll(self, now_ms: int) -> None:
-        """Close the active segment (persist its index) and start one at the LEO."""
+        """Close the active segment and start one at the LEO. The closed segment's index
+        is written by the next flush (`_persist_rolled_indexes`), as its fsync is: an
+        append never waits for the disk (a missing index is rebuilt at recovery)."""
         old = self._segments[-1]
         try:
-            old.index.persist()
             segment = LogSegment(
                 self.directory,
                 self.log_end_offset,
@@ -500,6 +504,7 @@ class PartitionLog:
             old.idle()
         except OSError as exc:
             raise LogStorageError(f"{self.name}: cannot roll segment: {exc}") from exc
+        self._index_pending.append(old)
         self._segments.append(segment)
         self._bases.append(segment.base_offset)
         self._dir_dirty = True
@@ -807,7 +812,14 @@ class PartitionLog:
                 end = self._segments[-1].base_offset
                 dirty = [s for s in self._segments[:-1] if s.dirty]
             dir_dirty, self._dir_dirty = self._dir_dirty, False
+            indexes = [
+                (segment, segment.index.encoded(), segment.truncations)
+                for segment in self._index_pending
+                if not segment.closed and segment is not self._segments[-1]
+            ]
+            self._index_pending = []
         try:
+            self._persist_rolled_indexes(indexes)
             for segment in dirty:
                 try:
                     segment.flush()
@@ -825,6 +837,26 @@ class PartitionLog:
         with self._lock:
             self.recovery_point = max(self.recovery_point, min(end, self.log_end_offset))
 
+    def _persist_rolled_indexes(self, indexes: list[tuple[LogSegment, bytes, int]]) -> None:
+        """Write the indexes of rolled segments (taken under the lock) outside it; one
+        whose segment was cut or deleted meanwhile is stale and removed again."""
+        for segment, data, truncations in indexes:
+            try:
+                checkpoint_write(segment.index.path, data)
+            except OSError:
+                with self._lock:
+                    self._index_pending.append(segment)
+                raise
+            with self._lock:
+                if (
+                    segment.truncations != truncations
+                    or segment is self._segments[-1]
+                    or (segment.closed and not segment.log_path.exists())
+                ):
+                    # Cut, active again, or deleted (retention) meanwhile; a segment
+                    # closed by a clean shutdown keeps it (the same entries).
+                    segment.index.discard_file()
+
     def maybe_flush(self, now_ms: int) -> bool:
         """Flush if `flush_messages` or `flush_ms` says so; True if it flushed.
 
@@ -835,7 +867,7 @@ class PartitionLog:
         if self._flush_policy_due(now_ms):
             self.flush()
             return True
-        if any(s.dirty for s in self._segments[:-1]):
+        if self._index_pending or any(s.dirty for s in self._segments[:-1]):
             self._flush(whole_log=False)
             return True
         return False

@@ -112,6 +112,8 @@ class LogSegment:
         self._max_timestamp_ms: int | None = None if self.size else -1
         self._bytes_since_index_entry = 0
         self._dirty = False
+        #: Times the file was cut (an index written from an older copy is then stale).
+        self.truncations = 0
 
     # ----------------------------------------------------------------- reading
     def read_at(self, position: int, size: int) -> bytes:
@@ -229,7 +231,7 @@ class LogSegment:
     # ----------------------------------------------------------------- writing
     def append(
         self,
-        buffers: Sequence[bytes | memoryview],
+        buffers: Sequence[bytes | bytearray | memoryview],
         batches: Sequence[tuple[int, int, int]],
         *,
         index_interval_bytes: int,
@@ -265,9 +267,11 @@ class LogSegment:
             self._max_timestamp_ms = largest
         self.size = start + total
 
-    def _write_rest(self, buffers: Sequence[bytes | memoryview], written: int, start: int) -> None:
+    def _write_rest(
+        self, buffers: Sequence[bytes | bytearray | memoryview], written: int, start: int
+    ) -> None:
         """Finish a short `pwritev` (rare: signals, huge requests)."""
-        pending: list[bytes | memoryview] = [b for b in buffers if len(b)]
+        pending: list[bytes | bytearray | memoryview] = [b for b in buffers if len(b)]
         position = start + written
         while True:
             while pending and written >= len(pending[0]):
@@ -302,6 +306,7 @@ class LogSegment:
     def truncate_to_position(self, position: int) -> None:
         """Cut the file at `position` (a batch boundary) and drop index entries past it."""
         os.ftruncate(self._descriptor(), position)
+        self.truncations += 1
         self.size = position
         self.index.truncate_to_position(position)
         self.index.discard_file()

@@ -35,6 +35,7 @@ from broker.replica.leader_endpoint import (
 )
 from broker.replica.manager import FetchItem, FetchResult
 from broker.replica.partition import Partition, Role
+from minikafka import stage_trace
 from minikafka.errors import ErrorCode
 
 logger = logging.getLogger(__name__)
@@ -145,7 +146,17 @@ class ReplicaFetcher:
                         position_of(partition),
                     )
                     continue
+                trace = stage_trace.TRACE
+                if trace is None or not result.records:
+                    self._handle(partition, result, loop.time() + backoff_s)
+                    continue
+                received_ns = trace.now_ns()
+                first = partition.log.log_end_offset
                 self._handle(partition, result, loop.time() + backoff_s)
+                trace.record("frecv", *key, self._settings.broker_id, first, at_ns=received_ns)
+                trace.record(
+                    "fapp", *key, self._settings.broker_id, first, partition.log.log_end_offset
+                )
 
     def _build_request(
         self, ready: dict[PartitionKey, Partition]

@@ -26,6 +26,7 @@ from broker.replica.isr import AlterPartitionItem
 from broker.replica.partition import DuplicateBatchError, FailedAfterAppendError, Partition, Role
 from broker.replica.transitions import LeaderAndIsrPartition, check_leader_epoch
 from broker.topic_settings import TopicSettings, resolve_topic_settings
+from minikafka import stage_trace
 from minikafka.errors import ErrorCode, MiniKafkaError
 
 logger = logging.getLogger(__name__)
@@ -256,6 +257,8 @@ class ReplicaManager:
                 for item in items
             ]
         now_ms = self._clock.wall_ms()
+        trace = stage_trace.TRACE
+        received_ns = trace.now_ns() if trace is not None else 0
         results: list[ProduceResult] = []
         # (result index, partition, offset the HW must reach, leader epoch of the append)
         waits: list[tuple[int, Partition, int, int]] = []
@@ -302,6 +305,15 @@ class ReplicaManager:
                     )
                 )
                 continue
+            if trace is not None:
+                trace.record(
+                    "append",
+                    item.topic,
+                    item.partition,
+                    info.first_offset,
+                    info.last_offset + 1,
+                    received_ns,
+                )
             if acks == -1:
                 waits.append(
                     (len(results), partition, info.last_offset + 1, partition.leader_epoch)
@@ -316,14 +328,7 @@ class ReplicaManager:
                 )
             )
         if waits:
-            outcomes = await asyncio.gather(
-                *(
-                    partition.wait_for_high_watermark(
-                        end, timeout_ms, appended_leader_epoch=leader_epoch
-                    )
-                    for _, partition, end, leader_epoch in waits
-                )
-            )
+            outcomes = await _wait_for_high_watermarks(waits, timeout_ms)
             for (index, _, _, _), code in zip(waits, outcomes, strict=True):
                 if code is not ErrorCode.NONE:
                     # Answered after the append: the batch may still be committed by this
@@ -334,6 +339,9 @@ class ReplicaManager:
                         error_message=_wait_error_message(code, timeout_ms),
                         indefinite=True,
                     )
+            if trace is not None:
+                for _, partition, end, _ in waits:
+                    trace.record("resp", partition.topic, partition.partition, end)
         return results
 
     # ---- fetch -----------------------------------------------------------------
@@ -356,7 +364,13 @@ class ReplicaManager:
         """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(0, max_wait_ms) / 1000
+        trace = stage_trace.TRACE if replica_id is not None else None
         if replica_id is not None:
+            if trace is not None:
+                for item in items:
+                    trace.record(
+                        "ffetch", item.topic, item.partition, replica_id, item.fetch_offset
+                    )
             self._record_follower_fetches(items, replica_id, replica_epoch)
         while True:
             results, total_bytes, watched = self._read_all(
@@ -365,17 +379,14 @@ class ReplicaManager:
             remaining = deadline - loop.time()
             errors = any(result.error_code is not ErrorCode.NONE for result in results)
             if total_bytes >= max(1, min_bytes) or errors or remaining <= 0 or not watched:
+                if trace is not None and replica_id is not None:
+                    for item, result in zip(items, results, strict=True):
+                        if result.records:
+                            trace.record(
+                                "fsend", item.topic, item.partition, replica_id, item.fetch_offset
+                            )
                 return results
-            # One shared future per partition (never cancelled: other waiters use it);
-            # our shields are dropped as soon as one fires or the wait times out.
-            shields = [asyncio.shield(partition.changed()) for partition in watched]
-            done, pending = await asyncio.wait(
-                shields, timeout=remaining, return_when=asyncio.FIRST_COMPLETED
-            )
-            for shield in pending:
-                shield.cancel()
-            if not done:
-                return results
+            await _first_change(loop, watched, remaining)
 
     def _record_follower_fetches(
         self, items: Sequence[FetchItem], replica_id: int, replica_epoch: int
@@ -519,6 +530,59 @@ class ReplicaManager:
                 )
             )
         return results
+
+
+async def _wait_for_high_watermarks(
+    waits: list[tuple[int, Partition, int, int]], timeout_ms: int
+) -> list[ErrorCode]:
+    """The outcome of each parked acks=all produce `(result index, partition, offset the
+    HW must reach, leader epoch of the append)`. One wait (the common case) is awaited
+    directly: `gather` wraps each in a task, two more wake-ups before the answer."""
+    if len(waits) == 1:
+        _, partition, end, leader_epoch = waits[0]
+        return [
+            await partition.wait_for_high_watermark(
+                end, timeout_ms, appended_leader_epoch=leader_epoch
+            )
+        ]
+    return list(
+        await asyncio.gather(
+            *(
+                partition.wait_for_high_watermark(
+                    end, timeout_ms, appended_leader_epoch=leader_epoch
+                )
+                for _, partition, end, leader_epoch in waits
+            )
+        )
+    )
+
+
+async def _first_change(
+    loop: asyncio.AbstractEventLoop, partitions: list[Partition], timeout_s: float
+) -> None:
+    """Return at the first change of any of `partitions` or after `timeout_s`.
+
+    Each partition has one shared `changed()` future (never cancelled: other waiters use
+    it); a done-callback on each wakes our own future directly, so a long-poll fetch
+    resumes one loop iteration after the append or HW advance, not after a chain of
+    shield and wait wake-ups (issue 19). Callbacks and timer are removed on return.
+    """
+    woken: asyncio.Future[None] = loop.create_future()
+
+    def wake(_: object = None) -> None:
+        if not woken.done():
+            woken.set_result(None)
+
+    changes = [partition.changed() for partition in partitions]
+    for change in changes:
+        change.add_done_callback(wake)
+    timer = loop.call_later(timeout_s, wake)
+    try:
+        await woken
+    finally:
+        timer.cancel()
+        for change in changes:
+            change.remove_done_callback(wake)
 
 
 def _wait_error_message(code: ErrorCode, timeout_ms: int) -> str:

@@ -102,8 +102,16 @@ from broker.replica.truncation import (
     truncation_point,
 )
 from broker.topic_settings import TopicSettings
+from minikafka import stage_trace
 from minikafka.errors import ErrorCode, MiniKafkaError
-from minikafka.record_batch import BatchHeader, CorruptBatchError, iter_batches
+from minikafka.record_batch import (
+    F_PRODUCER_ID,
+    BatchHeader,
+    CorruptBatchError,
+    header_from_fields,
+    iter_batches,
+    scan_batches,
+)
 
 logger = logging.getLogger(__name__)
 state_change_logger = logging.getLogger("minikafka.state_change")
@@ -187,6 +195,8 @@ class Partition:
         )
         self.last_alter_sent_ms = 0
         self._changed: asyncio.Future[None] | None = None
+        #: acks=all produces waiting for the HW, answered by `_complete_parked`.
+        self._parked: list[_ParkedProduce] = []
         self._log_prefix = f"[Partition {topic}-{partition} broker={local_broker_id}] "
         #: Idempotent producers' state (producer id -> entry), rebuilt from the log.
         self.producers: dict[int, ProducerEntry] = {}
@@ -255,15 +265,22 @@ class Partition:
             self.snapshot_producer_state()
 
     def _check_sequences(self, records: bytes) -> list[BatchHeader]:
-        """Check idempotent batches before appending; raises on a duplicate or a gap."""
+        """Check idempotent batches before appending; raises on a duplicate or a gap.
+
+        Returns every batch's header for `_record_appended` (which counts offsets over
+        all of them), or [] when no batch is idempotent (nothing to remember)."""
         try:
-            headers = [header for _, header in iter_batches(records, verify_crc=False)]
+            scanned = scan_batches(records, verify_crc=False)
         except CorruptBatchError:
             return []  # the log's validation reports it precisely
+        if all(fields[F_PRODUCER_ID] == NO_PRODUCER_ID for _, fields in scanned):
+            return []  # no idempotent batch: nothing to check or remember
+        headers = [header_from_fields(fields) for _, fields in scanned]
         tentative = dict(self.producers)
         next_offset = 0  # relative; only sequences matter here
         for header in headers:
             if header.producer_id == NO_PRODUCER_ID:
+                next_offset += header.record_count
                 continue
             check = check_batch(
                 tentative.get(header.producer_id),
@@ -333,6 +350,18 @@ class Partition:
     def _signal(self) -> None:
         if self._changed is not None and not self._changed.done():
             self._changed.set_result(None)
+        if self._parked:
+            self._complete_parked()
+
+    def _complete_parked(self) -> None:
+        """Answer every parked acks=all produce whose outcome is now decided, in the call
+        that changed the state (the HW advance, a role or ISR change): the waiter resumes
+        at the next loop iteration instead of after a chain of wake-ups."""
+        for parked in self._parked:
+            if not parked.answer.done():
+                outcome = self.produce_outcome(parked.required_offset, parked.leader_epoch)
+                if outcome is not None:
+                    parked.answer.set_result(outcome)
 
     # ---- role changes ----------------------------------------------------------
 
@@ -515,20 +544,22 @@ class Partition:
         self, required_offset: int, timeout_ms: int, *, appended_leader_epoch: int
     ) -> ErrorCode:
         """Park an acks=all produce appended in `appended_leader_epoch` until the HW covers
-        `required_offset` (purgatory)."""
+        `required_offset` (purgatory). Every state change (`_signal`) decides the parked
+        produces it can (`produce_outcome`); the timer answers REQUEST_TIMED_OUT."""
+        outcome = self.produce_outcome(required_offset, appended_leader_epoch)
+        if outcome is not None:
+            return outcome
+        if timeout_ms <= 0:
+            return ErrorCode.REQUEST_TIMED_OUT
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_ms / 1000
-        while True:
-            outcome = self.produce_outcome(required_offset, appended_leader_epoch)
-            if outcome is not None:
-                return outcome
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                return ErrorCode.REQUEST_TIMED_OUT
-            try:
-                await asyncio.wait_for(asyncio.shield(self.changed()), remaining)
-            except TimeoutError:
-                return ErrorCode.REQUEST_TIMED_OUT
+        parked = _ParkedProduce(required_offset, appended_leader_epoch, loop.create_future())
+        timer = loop.call_later(timeout_ms / 1000, _time_out, parked.answer)
+        self._parked.append(parked)
+        try:
+            return await parked.answer
+        finally:
+            timer.cancel()
+            self._parked.remove(parked)
 
     def _advance_high_watermark(self) -> None:
         state = self.state
@@ -549,6 +580,8 @@ class Partition:
         self.state = advanced
         if advanced.high_watermark > self.log.high_watermark:
             self.log.update_high_watermark(advanced.high_watermark)
+            if stage_trace.TRACE is not None:
+                stage_trace.TRACE.record("hw", self.topic, self.partition, advanced.high_watermark)
 
     def record_follower_fetch(
         self, replica_id: int, fetch_offset: int, *, broker_epoch: int
@@ -718,8 +751,10 @@ class Partition:
                     # leader would count it towards the HW): drop it, fetch it again.
                     self.log.truncate_to(end_before)
                 raise
-            for _, header in iter_batches(records, verify_crc=False):
-                _remember(self.producers, header, header.base_offset)
+            for _, fields in scan_batches(records, verify_crc=False):
+                if fields[F_PRODUCER_ID] != NO_PRODUCER_ID:
+                    header = header_from_fields(fields)
+                    _remember(self.producers, header, header.base_offset)
             self._snapshot_after_roll()
         if leader_log_start_offset > self.log.log_start_offset:
             self.log.maybe_increment_log_start_offset(
@@ -845,6 +880,25 @@ class Partition:
             leader_epoch=self.leader_epoch,
             diverging_epoch=diverging,
         )
+
+
+class _ParkedProduce:
+    """An acks=all produce waiting for the HW: the offset it needs, the leader epoch it
+    was appended in, and the future its answer is set on."""
+
+    __slots__ = ("answer", "leader_epoch", "required_offset")
+
+    def __init__(
+        self, required_offset: int, leader_epoch: int, answer: asyncio.Future[ErrorCode]
+    ) -> None:
+        self.required_offset = required_offset
+        self.leader_epoch = leader_epoch
+        self.answer = answer
+
+
+def _time_out(answer: asyncio.Future[ErrorCode]) -> None:
+    if not answer.done():
+        answer.set_result(ErrorCode.REQUEST_TIMED_OUT)
 
 
 def is_follower(state: ReplicaState) -> bool:

@@ -274,3 +274,75 @@ def test_group_metrics(tmp_path: Path) -> None:
         single.close()
         if process.alive():
             process.terminate()
+
+
+def offsets_log_range(single: SingleBroker, partition: int = 0) -> tuple[int, int]:
+    """(log start, log end) of a `__consumer_offsets` partition, from its leader."""
+    ends = []
+    for timestamp_ms in (-2, -1):  # EARLIEST, LATEST
+        reply = single.stub().ListOffsets(
+            broker_pb2.ListOffsetsRequest(
+                partitions=[
+                    broker_pb2.ListOffsetsPartition(
+                        topic="__consumer_offsets",
+                        partition=partition,
+                        timestamp_ms=timestamp_ms,
+                        current_leader_epoch=-1,
+                    )
+                ]
+            ),
+            timeout=10,
+        )
+        [answer] = reply.partitions
+        assert answer.error_code == ErrorCode.NONE, answer.error_message
+        ends.append(int(answer.offset))
+    return ends[0], ends[1]
+
+
+def test_compaction_keeps_the_offsets_log_bounded_and_replays_the_same(tmp_path: Path) -> None:
+    """With a low compaction threshold, 60 commits of two keys leave a log of a few
+    records (a snapshot and what came after), whose replay after kill -9 gives the last
+    commit of each partition."""
+    process = standalone_broker_process(
+        tmp_path / "broker-1",
+        extra=[
+            "--offsets-topic-num-partitions",
+            "1",
+            "--offsets-compaction-min-records",
+            "20",
+        ],
+    ).start()
+    single = SingleBroker(process)
+    try:
+        single.create_topic()
+        for n in range(60):
+            commit(single, {n % 2: n}, leader_epoch=1)
+        assert committed(single) == {0: (58, 1), 1: (59, 1)}
+
+        def compacted() -> tuple[int, int] | None:
+            start, end = offsets_log_range(single)
+            return (start, end) if start > 0 else None
+
+        start, end = wait_until(compacted, what="the offsets log compacted")
+        # 60 commit records plus two (one per live key) for each snapshot; the replayed
+        # part is below the threshold, not 60 records long.
+        assert end > 60
+        assert end - start < 20, f"log start {start}, end {end}: not bounded"
+        # kill -9 may come before the log start offset was checkpointed: the log then
+        # replays from an older start, through the snapshots, to the same offsets.
+        process.kill()
+        process.start()
+        assert committed(single) == {0: (58, 1), 1: (59, 1)}
+        # A clean shutdown checkpoints it: the restarted broker replays from the snapshot.
+        commit(single, {0: 61}, leader_epoch=1)
+        start, _ = wait_until(compacted, what="the offsets log compacted again")
+        process.terminate()
+        process.start()
+        assert offsets_log_range(single)[0] == start
+        assert committed(single) == {0: (61, 1), 1: (59, 1)}
+        commit(single, {1: 60}, leader_epoch=1)
+        assert committed(single) == {0: (61, 1), 1: (60, 1)}
+    finally:
+        single.close()
+        if process.alive():
+            process.terminate()

@@ -177,7 +177,7 @@ def test_fenced_commit_raises(cluster: Cluster) -> None:
         )
         inner = consumer._inner._group
         assert inner is not None
-        inner.epoch += 5  # as if the coordinator had moved on without this member
+        inner.identity.epoch += 5  # as if the coordinator had moved on without this member
         with pytest.raises(CommitFailedError, match="STALE_MEMBER_EPOCH"):
             consumer.commit({TopicPartition(TOPIC, 0): 3})
     finally:

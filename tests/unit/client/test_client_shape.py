@@ -19,11 +19,6 @@ CLIENT = ROOT / "client"
 MAX_FACADE_LINES = 500
 FACADES = ("producer.py", "consumer.py")
 MAX_CLASS_LINES = 300
-#: Classes still over the limit, each with the most lines it may keep and why (so it
-#: cannot grow meanwhile). Drop an entry once its class is split.
-CLASS_EXEMPTIONS: Mapping[tuple[str, str], tuple[int, str]] = {
-    ("client/group.py", "GroupMember"): (407, "split under issue 20 (consumer groups)"),
-}
 
 
 def class_spans(path: Path) -> dict[str, int]:
@@ -111,15 +106,9 @@ def test_no_client_class_spans_more_than_300_lines() -> None:
         f"{path.relative_to(ROOT)}: {name} spans {span} lines"
         for path in sorted(CLIENT.rglob("*.py"))
         for name, span in class_spans(path).items()
-        if span > MAX_CLASS_LINES and (str(path.relative_to(ROOT)), name) not in CLASS_EXEMPTIONS
+        if span > MAX_CLASS_LINES
     ]
     assert too_long == []
-
-
-def test_exempted_classes_do_not_grow() -> None:
-    for (file, name), (most_lines, reason) in CLASS_EXEMPTIONS.items():
-        span = class_spans(ROOT / file).get(name, 0)
-        assert span <= most_lines, f"{file}: {name} ({reason}) grew to {span} lines"
 
 
 def test_client_has_no_import_cycles() -> None:

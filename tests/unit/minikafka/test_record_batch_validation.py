@@ -12,8 +12,11 @@ import zlib
 
 import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from minikafka.record_batch import (
+    LENGTH_PREFIX_SIZE,
     RECORDS_BYTES_MAX,
     Compression,
     CorruptBatchError,
@@ -21,7 +24,9 @@ from minikafka.record_batch import (
     content_problem,
     decode_records,
     decode_rows,
+    header_fields,
     parse_header,
+    scan_batches,
 )
 from tests.support.lying_batches import gzip_bomb, one_record_batch, patch_header, with_body
 
@@ -153,3 +158,41 @@ def test_a_gzip_bomb_fails_without_expanding_it() -> None:
     assert peak_bytes < 32 * 1024 * 1024, peak_bytes
     with pytest.raises(CorruptBatchError, match=f"expand beyond {RECORDS_BYTES_MAX} bytes"):
         decode_records(bomb)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.integers(1, 300), min_size=1, max_size=4),
+    st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), max_size=3),
+    st.integers(0, 64),
+    st.booleans(),
+)
+def test_scan_batches_agrees_with_header_fields(
+    sizes: list[int], flips: list[tuple[int, int]], cut: int, verify_crc: bool
+) -> None:
+    """The hot loop of `scan_batches` is only a shortcut: on any record set (valid, with
+    flipped bytes, cut short) it returns what walking `header_fields` returns, or raises
+    the same error."""
+    data = bytearray(b"".join(build_batch([(1_000, None, b"v" * size, None)]) for size in sizes))
+    for where, value in flips:
+        data[where % len(data)] = value
+    del data[len(data) - min(cut, len(data) - 1) :]
+
+    def walk() -> list[tuple[int, tuple[int, ...]]]:
+        found: list[tuple[int, tuple[int, ...]]] = []
+        pos = 0
+        while pos < len(data):
+            fields = header_fields(data, pos, verify_crc=verify_crc)
+            found.append((pos, fields))
+            pos += fields[1] + LENGTH_PREFIX_SIZE
+        return found
+
+    try:
+        expected: object = walk()
+    except CorruptBatchError as exc:
+        expected = str(exc)
+    try:
+        got: object = scan_batches(data, verify_crc=verify_crc)
+    except CorruptBatchError as exc:
+        got = str(exc)
+    assert got == expected

@@ -11,6 +11,8 @@ from broker.group.model import Group, TopicPartition
 from broker.group.offsets import (
     OffsetRecord,
     commit_error,
+    compaction_due,
+    coordinator_lease_holds,
     coordinator_partition,
     decode_commit,
     encode_commit,
@@ -18,6 +20,7 @@ from broker.group.offsets import (
     java_string_hash,
     replay,
     replay_groups,
+    snapshot,
 )
 from minikafka.errors import ErrorCode
 
@@ -156,3 +159,81 @@ def test_membership_records_replay_last_wins_and_tombstones() -> None:
     assert replay_groups({}, [*records, encode_group("g", None)]) == {"h": other}
     # ... and membership records are not offsets.
     assert replay({}, records) == {"g": {T0: OffsetRecord(offset=3, leader_epoch=3)}}
+
+
+@given(
+    st.lists(
+        st.one_of(
+            st.tuples(
+                st.sampled_from(["g", "h"]),
+                st.sampled_from([T0, T1]),
+                st.none() | st.integers(0, 99),
+            ),
+            st.tuples(st.sampled_from(["g", "h", "k"]), st.none() | st.integers(1, 9)),
+        ),
+        max_size=40,
+    ),
+    st.integers(0, 40),
+)
+def test_a_snapshot_replays_to_the_state_it_was_taken_of(
+    ops: list[tuple[str, TopicPartition, int | None] | tuple[str, int | None]], split: int
+) -> None:
+    """Replaying the snapshot of a log's state, alone or followed by the rest of the log,
+    gives what replaying the whole log gives: compaction never changes a load's outcome."""
+    records: list[tuple[bytes, bytes | None]] = []
+    for op in ops:
+        if len(op) == 3:
+            records.append(commit(op[0], op[1], op[2]))
+        else:
+            group_id, epoch = op
+            group = None if epoch is None else Group(group_id=group_id, group_epoch=epoch)
+            records.append(encode_group(group_id, group))
+    head, tail = records[:split], records[split:]
+    taken = snapshot(replay({}, head), replay_groups({}, head))
+    assert all(value is not None for _, value in taken)
+    assert replay({}, taken) == replay({}, head)
+    assert replay_groups({}, taken) == replay_groups({}, head)
+    assert replay({}, [*taken, *tail]) == replay({}, records)
+    assert replay_groups({}, [*taken, *tail]) == replay_groups({}, records)
+
+
+COMPACTIONS = [
+    ("below the minimum", 99, 1, 100, False),
+    ("at the minimum, few live keys", 100, 1, 100, True),
+    ("mostly live keys: nothing to gain", 150, 80, 100, False),
+    ("more than twice the live keys", 161, 80, 100, True),
+    ("exactly twice the live keys", 160, 80, 100, False),
+]
+
+
+@pytest.mark.parametrize(
+    ("records_in_log", "live_keys", "min_records", "due"),
+    [pytest.param(*r[1:], id=r[0]) for r in COMPACTIONS],
+)
+def test_compaction_due(records_in_log: int, live_keys: int, min_records: int, due: bool) -> None:
+    assert (
+        compaction_due(records_in_log=records_in_log, live_keys=live_keys, min_records=min_records)
+        is due
+    )
+
+
+LEASES = [
+    ("one follower fetched just now", [1000, 0], 2, True),
+    ("one follower fetched at the edge of the lease", [500, 0], 2, True),
+    ("no follower within the lease", [499, 0], 2, False),
+    ("min ISR 3 needs both followers", [1000, 400], 3, False),
+    ("min ISR 3, both recent", [1000, 900], 3, True),
+    ("min ISR 1: the leader alone", [], 1, True),
+]
+
+
+@pytest.mark.parametrize(
+    ("fetches", "min_isr", "holds"), [pytest.param(*r[1:], id=r[0]) for r in LEASES]
+)
+def test_coordinator_lease(fetches: list[int], min_isr: int, holds: bool) -> None:
+    assert (
+        coordinator_lease_holds(
+            follower_fetch_ms=fetches, min_insync_replicas=min_isr, now_ms=1000, lease_ms=500
+        )
+        is holds
+    )

@@ -381,3 +381,67 @@ def test_delete_removes_directory(tmp_path: Path) -> None:
     fill(log, 2)
     log.delete()
     assert not (tmp_path / "orders-0").exists()
+
+
+def _index_files(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.glob("*.index"))
+
+
+def test_roll_leaves_the_index_write_to_the_next_flush(tmp_path: Path) -> None:
+    """Issue 19: a roll on the append path writes no file (an index write is two fsyncs,
+    tens of ms on a busy disk, on the broker's loop); the next flush (housekeeping, off
+    the loop) writes the rolled segment's index."""
+    config = msgspec.structs.replace(SMALL, segment_bytes=600)
+    directory = tmp_path / "orders-0"
+    log = open_log(directory, config)
+    for i in range(4):
+        log.append_as_leader(batch(1, value_bytes=200, tag=i), leader_epoch=0, now_ms=0)
+    rolled = log.segment_base_offsets()[:-1]
+    assert rolled
+    assert _index_files(directory) == []
+    assert log.maybe_flush(now_ms=0)
+    assert _index_files(directory) == [f"{b:020d}.index" for b in rolled]
+    log.close()
+    reopened = open_log(directory, config)
+    assert [h.base_offset for _, h, _ in read_all(reopened)] == list(range(4))
+
+
+def test_an_index_taken_before_a_truncation_is_not_left_on_disk(tmp_path: Path) -> None:
+    """The flush encodes a rolled index under the log's lock and writes it outside; if
+    the segment is cut meanwhile (a follower truncating) the written copy is stale and is
+    removed again, never trusted at the next start."""
+    config = msgspec.structs.replace(SMALL, segment_bytes=600)
+    directory = tmp_path / "orders-0"
+    log = open_log(directory, config)
+    for i in range(4):
+        log.append_as_leader(batch(1, value_bytes=200, tag=i), leader_epoch=0, now_ms=0)
+    first = log._segments[0]
+    taken = [(first, first.index.encoded(), first.truncations)]
+    log.truncate_to(1)  # cuts the first segment, which becomes the active one again
+    log._persist_rolled_indexes(taken)
+    assert not first.index.path.exists()
+    assert log.log_end_offset == 1
+
+
+@pytest.mark.parametrize(
+    ("meanwhile", "kept"),
+    [
+        pytest.param("deleted", False, id="deleted-by-retention-no-orphan-index"),
+        pytest.param("closed", True, id="closed-cleanly-keeps-the-same-index"),
+    ],
+)
+def test_an_index_written_after_its_segment_went_away(
+    tmp_path: Path, meanwhile: str, kept: bool
+) -> None:
+    config = msgspec.structs.replace(SMALL, segment_bytes=600)
+    log = open_log(tmp_path / "orders-0", config)
+    for i in range(4):
+        log.append_as_leader(batch(1, value_bytes=200, tag=i), leader_epoch=0, now_ms=0)
+    first = log._segments[0]
+    taken = [(first, first.index.encoded(), first.truncations)]
+    if meanwhile == "deleted":
+        first.delete_files()
+    else:
+        log.close()
+    log._persist_rolled_indexes(taken)
+    assert first.index.path.exists() is kept
