@@ -95,7 +95,7 @@ proto-check: install  ## fail if the committed generated code is not what the .p
 bench: install  ## storage, throughput, latency and failover benchmarks (with peers)
 	$(BIN)/python -m benchmarks
 
-up: install  ## docker-compose cluster (see README); PROFILES="--profile monitoring" for extras
+up: install  ## docker-compose cluster (see README); PROFILES="--profile monitoring|spark", PROFILES=--tls
 	MINIKAFKA_COMPOSE="$(COMPOSE)" deploy/up.sh $(PROFILES)
 
 down:  ## stop the compose cluster and delete its data

@@ -92,6 +92,14 @@ TLS_BASELINE = "RF=3 acks=all"
 TLS_SUFFIX = " (TLS)"
 
 
+#: The Spark part's rows (benchmarks.suite._spark): the sink and the producer it is compared
+#: with (send_batch, the producer's bulk path, as the sink's), on the same cluster.
+SPARK_SINK_CASE = "spark sink 100 B RF=3 acks=all"
+SPARK_BASELINE_CASE = "spark baseline: send_batch 100 B RF=3 acks=all"
+SPARK_SEND_CASE = "spark baseline: send() 100 B RF=3 acks=all"
+SPARK_SINK_TARGET = 0.5
+
+
 def tls_ratios(result: SuiteResult) -> dict[int, tuple[float, float, float]]:
     """Record size -> (plaintext rec/s, TLS rec/s, TLS ÷ plaintext) of `produce N B RF=3
     acks=all` and its `(TLS)` twin, for every size that has both (measured in the same
@@ -310,6 +318,20 @@ def acceptance(result: SuiteResult) -> list[tuple[str, bool | None, str]]:
     ):
         if check is not None:
             checks.append(check)
+    sink = result.case(SPARK_SINK_CASE)
+    bulk = result.case(SPARK_BASELINE_CASE)
+    if sink is not None and bulk is not None:
+        versus_bulk = ratio(sink.records_per_s, bulk.records_per_s)
+        send = result.case(SPARK_SEND_CASE)
+        versus_send = ratio(sink.records_per_s, send.records_per_s) if send else math.nan
+        checks.append(
+            (
+                f"Spark sink RF=3 acks=all 100 B >= {SPARK_SINK_TARGET:g}x Producer.send_batch",
+                versus_bulk >= SPARK_SINK_TARGET,
+                f"{_fmt(versus_bulk, 2)}x ({_rate(sink.records_per_s)} vs "
+                f"{_rate(bulk.records_per_s)} rows/s; {_fmt(versus_send, 2)}x send())",
+            )
+        )
     checks.extend(datapath_acceptance(result))
     kill = next((f for f in result.failover if f.mode == "kill"), None)
     if kill is not None:

@@ -5,7 +5,9 @@ download at the consumer's fetch size, 100 B round trips); minikafka producer
 throughput (100 B and 1 KiB; RF=1 acks=1, RF=3 acks=1, RF=3 acks=all, and RF=3 acks=all
 with `send_batch`) and consumer catch-up on one 3-broker cluster; RF=3 acks=all again with
 TLS and mutual TLS on every listener and link (its own 3-broker cluster, the same
-workload; reported as TLS ÷ plaintext); open-loop end-to-end
+workload; reported as TLS ÷ plaintext); the Spark sink's batch write into RF=3 acks=all next
+to `Producer.send_batch` and `send()` on its own 3-broker cluster (reported as sink ÷
+send_batch; benchmarks/spark_bench.py); open-loop end-to-end
 latency at 10 k rec/s and at 10/50/80 % of the measured RF=3 acks=all 1 KiB maximum
 (`latency_load.png`); the per-stage breakdown of the 10 k rec/s acks=all latency on a
 cluster whose brokers trace their stages (`benchmarks.breakdown`); failover (kill -9 and
@@ -20,6 +22,10 @@ warm-up and three runs, median reported. Writes results.json and PNG plots to --
 Only the TLS comparison (plaintext and TLS RF=3 acks=all rows, fresh clusters):
 
     python -c "from benchmarks.suite import tls_comparison; tls_comparison()"
+
+Only the Spark sink comparison (producer rows and sink rows, one fresh cluster):
+
+    python -c "from benchmarks.suite import spark_comparison; spark_comparison()"
 """
 
 from __future__ import annotations
@@ -44,12 +50,16 @@ from benchmarks import (
     grpc_baseline,
     peers,
     rebalance_bench,
+    spark_bench,
     stats,
     workloads,
 )
 from benchmarks.cluster import BenchCluster
 from benchmarks.harness import in_worker
 from benchmarks.report import (
+    SPARK_BASELINE_CASE,
+    SPARK_SEND_CASE,
+    SPARK_SINK_CASE,
     TLS_SUFFIX,
     SuiteResult,
     acceptance_text,
@@ -63,6 +73,7 @@ PARTS = (
     "grpc",
     "minikafka",
     "tls",
+    "spark",
     "latency",
     "breakdown",
     "failover",
@@ -96,6 +107,7 @@ class Budget:
         self.failover_trials = 1 if quick else 5
         self.rebalance_rounds = 2 if quick else 7
         self.storage_mib = 8 if quick else 64
+        self.spark_rows = 100_000 if quick else 1_000_000
 
 
 def _storage(budget: Budget) -> str:
@@ -319,6 +331,82 @@ def tls_comparison(quick: bool = False, work_dir: Path | None = None) -> SuiteRe
         _produce_rows(result, budget, root, tls=True, configs=(TLS_CONFIG,))
         result.seconds = round(time.monotonic() - start, 1)
     print(table(result))
+    return result
+
+
+def _spark(result: SuiteResult, budget: Budget, root: Path) -> None:
+    """Spark sink rows/s into RF=3 acks=all, with `send_batch` and `send()` on the same
+    fresh cluster just before (100 B records; the sink's target is >= 0.5x send_batch)."""
+    run_id = uuid.uuid4().hex[:6]
+    size = SIZES[0]
+    with BenchCluster(root / "cluster-spark") as cluster:
+        pids = cluster.pids()
+        spec = workloads.ProduceSpec(
+            bootstrap=cluster.bootstrap,
+            topic=f"spark-base-{run_id}",
+            replication_factor=3,
+            acks="all",
+            record_bytes=size,
+            seconds=budget.seconds,
+            runs=budget.runs,
+            pids=pids,
+        )
+        for name, workload, topic, notes in (
+            (
+                SPARK_BASELINE_CASE,
+                workloads.produce_batch_throughput,
+                f"{spec.topic}-bulk",
+                f"send_batch of {workloads.SEND_BATCH_RECORDS} records per call, linger 5 ms",
+            ),
+            (SPARK_SEND_CASE, workloads.produce_throughput, spec.topic, PRODUCE_NOTES),
+        ):
+            runs = in_worker(workload, msgspec.structs.replace(spec, topic=topic))
+            result.cases.append(
+                stats.summarize(
+                    name,
+                    group="spark",
+                    system="minikafka",
+                    record_bytes=size,
+                    runs=runs,
+                    notes=notes,
+                )
+            )
+            in_worker(workloads.drop_topics, cluster.bootstrap, [topic])
+            cluster.wait_active(len(cluster.broker_addresses))
+        sink = spark_bench.SparkSinkSpec(
+            bootstrap=cluster.bootstrap,
+            topic=f"spark-sink-{run_id}",
+            record_bytes=size,
+            rows=budget.spark_rows,
+            runs=budget.runs,
+            pids=pids,
+        )
+        runs = in_worker(spark_bench.sink_throughput, sink)
+        result.cases.append(
+            stats.summarize(
+                SPARK_SINK_CASE,
+                group="spark",
+                system="spark",
+                record_bytes=size,
+                runs=runs,
+                notes=f"df.write.format('minikafka') of {sink.rows} cached rows, "
+                f"local[{sink.tasks}], sink defaults (acks=all, idempotent)",
+            )
+        )
+
+
+def spark_comparison(quick: bool = False, work_dir: Path | None = None) -> SuiteResult:
+    """Only the Spark sink part: prints its rows and the sink ÷ send_batch check."""
+    budget = Budget(quick)
+    result = SuiteResult(started=time.strftime("%Y-%m-%d %H:%M:%S %Z"), quick=quick)
+    with contextlib.ExitStack() as stack:
+        root = work_dir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="mk-spk-")))
+        root.mkdir(parents=True, exist_ok=True)
+        start = time.monotonic()
+        _spark(result, budget, root)
+        result.seconds = round(time.monotonic() - start, 1)
+    print(table(result))
+    print(acceptance_text(result))
     return result
 
 
@@ -564,6 +652,8 @@ def main(argv: list[str] | None = None) -> int:
         steps.append(("minikafka", lambda root: _minikafka(result, budget, root, parts)))
     if "tls" in parts:
         steps.append(("TLS", lambda root: _tls(result, budget, root)))
+    if "spark" in parts:
+        steps.append(("Spark sink", lambda root: _spark(result, budget, root)))
     if "breakdown" in parts:
         steps.append(("breakdown", lambda root: _breakdown(result, budget, root)))
     if "failover" in parts:

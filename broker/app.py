@@ -505,9 +505,12 @@ class Broker:
             await asyncio.sleep(tick_ms / 1000)
             now = self.clock.monotonic_ms()
             try:
-                # fsyncs (a rolled 64 MiB segment takes 100+ ms on a busy disk) must not
-                # stall the loop: PartitionLog and FileBudget are safe from a thread.
-                await asyncio.to_thread(logs.flush_due, self.clock.wall_ms())
+                # On the loop, not in a thread: segment descriptors, the file budget,
+                # dirty flags and the recovery point are shared with appends, reads,
+                # rolls and truncations without locks that span an fsync (an adversarial
+                # review found a cross-partition write and never-fsynced segments when
+                # this ran in `asyncio.to_thread`).
+                logs.flush_due(self.clock.wall_ms())
                 if now >= next_checkpoint:
                     logs.checkpoint()
                     next_checkpoint = now + config.checkpoint_interval_ms

@@ -86,6 +86,7 @@ class ProducerBatch:
         "records",
         "retry_after_ms",
         "sent",
+        "sent_behind",
         "serial",
         "size_bytes",
         "tp",
@@ -116,6 +117,11 @@ class ProducerBatch:
         self.indefinite = False
         #: An attempt is on its way and not answered yet.
         self.sent = False
+        #: When the current attempt was sent, an earlier batch of the partition was in
+        #: flight: an OUT_OF_ORDER_SEQUENCE_NUMBER may only mean this one overtook it
+        #: (concurrent gRPC calls reach the leader in any order), even if that batch is
+        #: acknowledged by the time the refusal is read.
+        self.sent_behind = False
         #: Why the previous attempt failed (kept for the delivery-timeout error).
         self.last_error: str | None = None
         self._aio: asyncio.Future[BatchResult] | None = None

@@ -182,9 +182,10 @@ def on_partition_response(
     """The outcome of `answer` for `batch`.
 
     `epoch_bump_pending`: a sequenced batch failed for good, so the producer needs a new
-    epoch. `earlier_pending()`: a batch of the same partition with a lower sequence is
-    not done yet (so an OUT_OF_ORDER_SEQUENCE_NUMBER may only mean it is still on its
-    way); called only for that code.
+    epoch. `earlier_pending()`: a batch of the same partition with a lower sequence was
+    in flight when this attempt was sent or is not done yet (so an
+    OUT_OF_ORDER_SEQUENCE_NUMBER may only mean this attempt overtook it); called only for
+    that code.
     """
     code = answer.error_code
     if code in (ErrorCode.NONE, ErrorCode.DUPLICATE_SEQUENCE_NUMBER):

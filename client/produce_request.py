@@ -238,8 +238,9 @@ class RequestSender:
             )
 
     def _earlier_pending(self, batch: ProducerBatch) -> bool:
-        """A batch of the same partition with a lower sequence is not done yet."""
-        return any(
+        """A batch of the same partition with a lower sequence was in flight when `batch`
+        was sent (its answer may have been read first), or is not done yet."""
+        return batch.sent_behind or any(
             other is not batch
             and other.tp == batch.tp
             and 0 <= other.base_sequence < batch.base_sequence

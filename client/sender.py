@@ -280,6 +280,9 @@ class Sender:
             leader = self.conn.view.leader(batch.tp.topic, batch.tp.partition)
             assert leader is not None  # checked by _can_send
             by_broker.setdefault(leader.broker_id, []).append(batch)
+            # Batches of a partition are sent in sequence order: whatever is in flight
+            # has a lower sequence.
+            batch.sent_behind = self.sequences.in_flight(batch.tp) > 0
             self.sequences.sent(batch.tp, batch)
             if batch.attempts > 1:
                 self.metrics.retries.record(batch.record_count, now)

@@ -1,11 +1,14 @@
 """Container health check: exit 0 when this process's gRPC health service answers SERVING.
 
 The address is MINIKAFKA_HEALTH_ADDRESS, else MINIKAFKA_LISTEN with a wildcard host replaced by
-127.0.0.1 (the same variable the controller and broker read their --listen from).
+127.0.0.1 (the same variable the controller and broker read their --listen from). With TLS
+(MINIKAFKA_TLS_CERT, MINIKAFKA_TLS_KEY, MINIKAFKA_TLS_CA, as the process reads them) it connects
+over mutual TLS with the process's own certificate, whose SANs include 127.0.0.1.
 """
 
 import os
 import sys
+from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -23,9 +26,18 @@ def health_address() -> str:
     return f"{host}:{port}"
 
 
+def open_channel(address: str) -> grpc.Channel:
+    """Plaintext, or mutual TLS when the process has its TLS files."""
+    files = [os.environ.get(f"MINIKAFKA_TLS_{name}", "") for name in ("CA", "KEY", "CERT")]
+    if not all(files):
+        return grpc.insecure_channel(address)
+    ca, key, cert = (Path(path).read_bytes() for path in files)
+    return grpc.secure_channel(address, grpc.ssl_channel_credentials(ca, key, cert))
+
+
 def main() -> int:
     address = health_address()
-    with grpc.insecure_channel(address) as channel:
+    with open_channel(address) as channel:
         try:
             reply = health_pb2_grpc.HealthStub(channel).Check(
                 health_pb2.HealthCheckRequest(), timeout=TIMEOUT_S

@@ -17,6 +17,15 @@ against a local cluster:
         --bootstrap-server 127.0.0.1:9092 --input clicks --output click-counts \\
         --checkpoint /tmp/click-counts --available-now
 
+On a Spark cluster, submit it (every executor needs Python 3.11 with `minikafka[spark]`
+installed, and the checkpoint directory on storage the driver and all executors share):
+
+    spark-submit --master spark://HOST:7077 examples/topic_pipeline.py \
+        --bootstrap-server broker-1:9092 --input clicks --output click-counts \
+        --checkpoint /shared/click-counts
+
+`--master` picks the master when the script is started with plain python (default
+`local[2]`); under spark-submit, spark-submit's `--master` applies.
 `--available-now` processes what is committed now and exits; without it the job runs
 until Ctrl-C. Restarting with the same `--checkpoint` resumes where it stopped. The
 sink is at-least-once: after a failure a micro-batch may be written twice, which for
@@ -39,6 +48,9 @@ from pyspark.sql.streaming.query import StreamingQuery
 from client.spark import MiniKafkaDataSource
 
 logger = logging.getLogger(__name__)
+
+#: Set by spark-submit for the Python driver it starts (its --master and --conf then apply).
+SUBMITTED_ENV = "PYSPARK_GATEWAY_PORT"
 
 
 def counts_per_key(stream: DataFrame) -> DataFrame:
@@ -90,15 +102,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--checkpoint", type=Path, required=True, help="checkpoint directory")
     parser.add_argument("--max-offsets-per-trigger", type=int, default=None)
     parser.add_argument("--available-now", action="store_true")
+    parser.add_argument(
+        "--master", default=None, help="Spark master (default: spark-submit's, else local[2])"
+    )
     args = parser.parse_args(argv)
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("minikafka-topic-pipeline")
-        .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
-    )
+    builder = SparkSession.builder.appName("minikafka-topic-pipeline")
+    if args.master is not None:
+        builder = builder.master(args.master)
+    elif SUBMITTED_ENV not in os.environ:  # plain python: no spark-submit gave a master
+        builder = builder.master("local[2]").config("spark.sql.shuffle.partitions", "2")
+    spark = builder.getOrCreate()
     query = start_pipeline(
         spark,
         bootstrap=args.bootstrap_server,

@@ -362,7 +362,7 @@ def parse_options(raw: Mapping[str, str], *, streaming: bool) -> SourceOptions:
             f"{options['startingoffsetsbytimestampstrategy']!r}"
         )
     timeout_ms = _positive_int(options, "kafkaConsumer.pollTimeoutMs")
-    tls = _tls(options)
+    tls = parse_tls(options)
     return SourceOptions(
         bootstrap_servers=bootstrap,
         topics=topics,
@@ -384,7 +384,18 @@ def parse_options(raw: Mapping[str, str], *, streaming: bool) -> SourceOptions:
     )
 
 
-def _tls(options: Mapping[str, str]) -> TlsSettings | None:
+#: The TLS options the source and the sink share (Kafka's names, kafka-python's meaning).
+TLS_OPTIONS: Final = (
+    "kafka.security.protocol",
+    "kafka.ssl.cafile",
+    "kafka.ssl.certfile",
+    "kafka.ssl.keyfile",
+)
+
+
+def parse_tls(options: Mapping[str, str]) -> TlsSettings | None:
+    """`kafka.security.protocol` (PLAINTEXT or SSL) and `kafka.ssl.{cafile,certfile,keyfile}`
+    of lower-cased `options`: None for plaintext; SourceOptionError when they contradict."""
     protocol = options.get("kafka.security.protocol", "PLAINTEXT").upper()
     files = {name: options.get(f"kafka.ssl.{name}") for name in ("cafile", "certfile", "keyfile")}
     given = [f"kafka.ssl.{name}" for name, value in files.items() if value]

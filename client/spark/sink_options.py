@@ -3,7 +3,8 @@
 `df.write.format("minikafka")` / `df.writeStream.format("minikafka")` take
 `kafka.bootstrap.servers` (alias `bootstrap.servers`), an optional `topic` (which
 overrides the `topic` column, as in Spark) and `kafka.<producer setting>` options in
-Kafka's dotted names, handed to the task's `Producer` under their Python names. Pure:
+Kafka's dotted names, handed to the task's `Producer` under their Python names, TLS
+(`kafka.security.protocol=SSL`, `kafka.ssl.cafile|certfile|keyfile`) included. Pure:
 no I/O, no pyspark; `parse_sink_options` raises `SinkOptionError` naming the option and
 the valid ones.
 """
@@ -16,7 +17,7 @@ from typing import Any, Final
 import msgspec
 
 from client.spark.errors import SinkOptionError, SourceOptionError
-from client.spark.options import parse_bootstrap
+from client.spark.options import TLS_OPTIONS, parse_bootstrap, parse_tls
 
 
 def _int(name: str, raw: str) -> int:
@@ -76,7 +77,7 @@ _SPARK_OWN: Final = frozenset({"path", "checkpointlocation"})
 def valid_option_names() -> str:
     """The sink's options, for error messages."""
     return "kafka.bootstrap.servers (alias bootstrap.servers), topic, " + ", ".join(
-        f"kafka.{name}" for name in PRODUCER_OPTIONS
+        [*(f"kafka.{name}" for name in PRODUCER_OPTIONS), *TLS_OPTIONS]
     )
 
 
@@ -104,6 +105,8 @@ def parse_sink_options(raw: Mapping[str, str]) -> SinkOptions:
     for name in sorted(options):
         if name in _SPARK_OWN or name in ("topic", "kafka.bootstrap.servers", "bootstrap.servers"):
             continue
+        if name in TLS_OPTIONS:
+            continue
         setting = (
             PRODUCER_OPTIONS.get(name.removeprefix("kafka.")) if name[:6] == "kafka." else None
         )
@@ -114,6 +117,18 @@ def parse_sink_options(raw: Mapping[str, str]) -> SinkOptions:
             )
         keyword, convert = setting
         config[keyword] = convert(name, options[name])
+
+    try:
+        tls = parse_tls(options)
+    except SourceOptionError as exc:
+        raise SinkOptionError(str(exc)) from None
+    if tls is not None:  # the files are read where the producer is built: on the executor
+        config.update(
+            security_protocol="SSL",
+            ssl_cafile=tls.ssl_cafile,
+            ssl_certfile=tls.ssl_certfile,
+            ssl_keyfile=tls.ssl_keyfile,
+        )
 
     servers = options.get("kafka.bootstrap.servers") or options.get("bootstrap.servers")
     if not servers:

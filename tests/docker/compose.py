@@ -20,8 +20,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
 COMPOSE_FILE = DEPLOY / "docker-compose.yml"
+#: The TLS override (certificates service, TLS listeners), used on top of COMPOSE_FILE.
+TLS_COMPOSE_FILE = DEPLOY / "docker-compose.tls.yml"
 #: Kept between runs as a layer cache, like the base image; rebuilt when the code changes.
 TEST_IMAGE = "minikafka:compose-test"
+#: The spark profile's image (Java + minikafka[spark]), kept the same way.
+TEST_SPARK_IMAGE = "minikafka-spark:compose-test"
 DEFAULT_PYTHON_IMAGE = "python:3.11-slim"
 CONTROLLER_SERVICES = ("controller-1", "controller-2", "controller-3")
 CLUSTER_SERVICES = (*CONTROLLER_SERVICES, "broker-1", "broker-2", "broker-3")
@@ -108,46 +112,74 @@ def base_image(timeout_s: float) -> str:
 
 
 class ComposeProject:
-    """One compose project with its own name and host ports; `down()` removes all it created."""
+    """One compose project with its own name and host ports; `down()` removes all it created.
+    `overrides` are further compose files applied on top of deploy/docker-compose.yml;
+    `profiles` the compose profiles switched on (`spark` also builds the spark image)."""
 
-    def __init__(self, command: list[str], name: str, broker_ports: dict[int, int]) -> None:
+    def __init__(
+        self,
+        command: list[str],
+        name: str,
+        broker_ports: dict[int, int],
+        overrides: Sequence[Path] = (),
+        profiles: Sequence[str] = (),
+    ) -> None:
         self.command = command
         self.name = name
         self.broker_ports = broker_ports
+        self.files = [COMPOSE_FILE, *overrides]
+        self.profiles = list(profiles)
         self.env = dict(os.environ)
         self.env["MINIKAFKA_IMAGE"] = TEST_IMAGE
+        self.env["MINIKAFKA_SPARK_IMAGE"] = TEST_SPARK_IMAGE
         for broker_id, port in broker_ports.items():
             self.env[f"MINIKAFKA_BROKER_{broker_id}_PORT"] = str(port)
 
     def compose(self, *args: str, timeout_s: float = 120.0) -> str:
         return run(
-            [*self.command, "-p", self.name, "-f", str(COMPOSE_FILE), *args],
+            [
+                *self.command,
+                "-p",
+                self.name,
+                *(arg for path in self.files for arg in ("-f", str(path))),
+                *(arg for profile in self.profiles for arg in ("--profile", profile)),
+                *args,
+            ],
             timeout_s=timeout_s,
             env=self.env,
         )
 
     def build(self, python_image: str, timeout_s: float) -> None:
-        """Host wheels, then the project image through the compose file's build section."""
+        """Host wheels, then the project image (and with the spark profile the spark image)
+        through the compose file's build sections."""
         deadline = time.monotonic() + timeout_s
+        spark = "spark" in self.profiles
         run(
-            [str(DEPLOY / "build-wheels.sh")],
+            [str(DEPLOY / "build-wheels.sh"), *(["--spark"] if spark else [])],
             timeout_s=timeout_s,
             env={**self.env, "PYTHON": sys.executable},
         )
         self.env["MINIKAFKA_PYTHON_IMAGE"] = python_image
-        previous = image_id(TEST_IMAGE)
         # All the services share the image; building it through one service builds it once.
-        self.compose("build", "controller-1", timeout_s=max(deadline - time.monotonic(), 1.0))
-        current = image_id(TEST_IMAGE)
-        if previous is not None and previous != current:
-            # Our own superseded test image: drop it so repeated runs do not pile up images.
-            subprocess.run(["docker", "image", "rm", previous], capture_output=True, check=False)
+        builds = [(TEST_IMAGE, "controller-1")] + (
+            [(TEST_SPARK_IMAGE, "spark-master")] if spark else []
+        )
+        for tag, service in builds:
+            previous = image_id(tag)
+            self.compose("build", service, timeout_s=max(deadline - time.monotonic(), 1.0))
+            current = image_id(tag)
+            if previous is not None and previous != current:
+                # Our own superseded test image: drop it so repeated runs do not pile up.
+                subprocess.run(
+                    ["docker", "image", "rm", previous], capture_output=True, check=False
+                )
 
     def up(self, timeout_s: float) -> None:
         self.compose("up", "-d", "--no-build", timeout_s=timeout_s)
 
     def container(self, service: str) -> str:
-        container_id = self.compose("ps", "-q", service, timeout_s=30).strip()
+        """The id of the service's container, running or stopped."""
+        container_id = self.compose("ps", "-a", "-q", service, timeout_s=30).strip()
         if not container_id:
             raise CommandError(f"no container for service {service}")
         return container_id
@@ -185,6 +217,11 @@ class ComposeProject:
         """Start a stopped service's container again (same volume) and wait until healthy."""
         run(["docker", "start", self.container(service)], timeout_s=30)
         self.wait_healthy([service], timeout_s)
+
+    def copy_out(self, service: str, path: str, destination: Path) -> Path:
+        """`docker cp` one file out of the service's container (which may have exited)."""
+        run(["docker", "cp", f"{self.container(service)}:{path}", str(destination)], timeout_s=30)
+        return destination
 
     def logs(self, tail_lines: int = 60) -> str:
         try:

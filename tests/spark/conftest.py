@@ -2,6 +2,16 @@
 
 Both are expensive (a JVM start alone takes seconds on two cores), so they are shared;
 each test uses its own topics and checkpoint directories.
+
+The session's master is `local[2]` (tasks in the driver's JVM), or MINIKAFKA_SPARK_MASTER, e.g.
+`local-cluster[2,1,1024]`: Spark's own test cluster, a standalone master and two workers whose
+executors are JVMs of their own, so every task runs outside the driver process and the source
+and sink only have what their pickled partitions carry (test_spark_cluster.py runs a selection
+of these tests that way). A `local-cluster` master needs SPARK_HOME to be the pyspark package
+directory (its `bin/` and `jars/` start the executors); the fixture sets that, and removes
+the application's directory that the workers create under `SPARK_HOME/work/` (executor logs,
+the fixture prints where while the session runs). Starting the executor JVMs takes tens of
+seconds on a loaded two-core machine.
 """
 
 from __future__ import annotations
@@ -33,6 +43,33 @@ MISSING_SPARK = (
     else None
 )
 
+#: The master of the shared SparkSession (see the module docstring).
+SPARK_MASTER = os.environ.get("MINIKAFKA_SPARK_MASTER", "local[2]")
+
+
+def on_cluster() -> bool:
+    """Whether the tasks run in executor JVMs of their own (a local-cluster master)."""
+    return SPARK_MASTER.startswith("local-cluster")
+
+
+def task_jvm_pids(spark: SparkSession, tasks: int = 4) -> set[int]:
+    """The pids of the JVMs that ran `tasks` Python tasks: a Python worker is forked by
+    pyspark's daemon, whose parent is the JVM (the driver's, or an executor's)."""
+
+    def jvm_pid(_: object) -> int:
+        import os as os_  # resolved in the worker, not pickled with the test module
+
+        with open(f"/proc/{os_.getppid()}/stat") as stat:
+            return int(stat.read().rsplit(")", 1)[1].split()[1])
+
+    rdd = spark.sparkContext.parallelize(range(tasks), tasks)
+    return set(rdd.map(jvm_pid).collect())
+
+
+def driver_jvm_pid(spark: SparkSession) -> int:
+    jvm: Any = spark.sparkContext._jvm
+    return int(jvm.java.lang.ProcessHandle.current().pid())
+
 
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
@@ -44,6 +81,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 def spark() -> Iterator[SparkSession]:
     if MISSING_SPARK is not None:
         pytest.skip(MISSING_SPARK)
+    if on_cluster():
+        import pyspark
+
+        os.environ["SPARK_HOME"] = str(Path(pyspark.__file__).parent)
     # Workers must run this interpreter (the venv has pyarrow); otherwise they fail with
     # "Python worker failed to connect back".
     os.environ["PYSPARK_PYTHON"] = sys.executable
@@ -53,7 +94,7 @@ def spark() -> Iterator[SparkSession]:
     from client.spark import MiniKafkaDataSource
 
     session = (
-        SparkSession.builder.master("local[2]")
+        SparkSession.builder.master(SPARK_MASTER)
         .appName("minikafka-tests")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
@@ -65,10 +106,17 @@ def spark() -> Iterator[SparkSession]:
     )
     session.sparkContext.setLogLevel("WARN")
     session.dataSource.register(MiniKafkaDataSource)
+    work = Path(
+        os.environ.get("SPARK_HOME", "/nonexistent"), "work", session.sparkContext.applicationId
+    )
+    if on_cluster():
+        print(f"executor logs: {work}")
     try:
         yield session
     finally:
         session.stop()
+        if on_cluster():
+            shutil.rmtree(work, ignore_errors=True)
 
 
 def bootstrap(cluster: Cluster) -> str:

@@ -51,6 +51,9 @@ class ScriptedBroker(broker_pb2_grpc.BrokerServiceServicer):
         #: flight without depending on how fast it sends them.
         self.hold_until_overtaken: set[int] = set()
         self.hold_timeout_s = 5.0
+        #: Base sequences whose Produce answers only once the event is set (first
+        #: attempt only): lets a test decide which answer the client sees first.
+        self.gates: dict[int, asyncio.Event] = {}
         self._highest_started_sequence = -1
         self._sequence_started = asyncio.Event()
         #: (partition, "start" | "end") per Produce partition, in order.
@@ -107,6 +110,10 @@ class ScriptedBroker(broker_pb2_grpc.BrokerServiceServicer):
         self._sequence_started.set()
         for held in sorted(self.hold_until_overtaken & set(sequences)):
             await self._wait_overtaken(held)
+        for gated in sequences:
+            gate = self.gates.pop(gated, None)
+            if gate is not None:
+                await asyncio.wait_for(gate.wait(), self.hold_timeout_s)
         if self.produce_latency_s:
             await asyncio.sleep(self.produce_latency_s)
         self.produce_events.extend(("end", seq) for seq in sequences)

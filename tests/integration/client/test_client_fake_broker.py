@@ -117,6 +117,28 @@ async def test_first_batch_of_a_partition_travels_alone(broker: ScriptedBroker) 
     assert starts_before_first_end > 1
 
 
+async def test_an_overtaking_batch_is_retried_after_its_predecessor_was_acknowledged(
+    broker: ScriptedBroker,
+) -> None:
+    """Concurrent gRPC calls may reach the leader in any order: b2 overtakes b1 and is
+    refused OUT_OF_ORDER_SEQUENCE_NUMBER, but b1's acknowledgement reaches the producer
+    before b2's refusal. b2 was sent behind b1, so the refusal only means it overtook b1:
+    it is retried under the same sequence, not failed (found by the Spark sink bench:
+    "producer 7 sent sequence 18078, expected 9039" under load)."""
+    b2_answers = asyncio.Event()
+    broker.hold_until_overtaken = {1}  # b2 is sent while b1 is in flight
+    broker.gates = {2: b2_answers}
+    broker.answers = {(0, 0, 2): [(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, False)]}
+    async with producer(broker, batch_size=18, buffer_memory=1 << 20) as p:
+        assert (await p.send_and_wait("t", b"b0", partition=0)).offset == 0
+        b1, b2 = [await p.send("t", b"b%d" % i, partition=0) for i in (1, 2)]
+        assert (await b1).offset == 1  # acknowledged before b2's refusal is answered
+        b2_answers.set()
+        assert (await b2).offset == 2
+    sent_b2 = [parse_header(data) for _, data in broker.produced if b"b2" in values_of(data)]
+    assert [(h.producer_epoch, h.base_sequence) for h in sent_b2] == [(0, 2), (0, 2)]
+
+
 @pytest.mark.parametrize("acks", [0, 1])
 async def test_a_plain_producer_keeps_one_request_per_partition_in_flight(
     broker: ScriptedBroker, acks: int

@@ -60,6 +60,31 @@ def test_kafka_options_become_producer_keywords() -> None:
     }
 
 
+def test_tls_options_become_the_producers_tls_settings() -> None:
+    got = parse_sink_options(
+        {
+            **BASE,
+            "kafka.security.protocol": "ssl",
+            "kafka.ssl.cafile": "/certs/ca.crt",
+            "kafka.ssl.certfile": "/certs/client.crt",
+            "kafka.ssl.keyfile": "/certs/client.key",
+        }
+    )
+    assert got.producer_config == {
+        "acks": "all",
+        "client_id": "minikafka-spark",
+        "security_protocol": "SSL",
+        "ssl_cafile": "/certs/ca.crt",
+        "ssl_certfile": "/certs/client.crt",
+        "ssl_keyfile": "/certs/client.key",
+    }
+    ca_only = parse_sink_options({**BASE, "kafka.security.protocol": "SSL"})
+    assert ca_only.producer_config["security_protocol"] == "SSL"
+    assert ca_only.producer_config["ssl_cafile"] is None
+    plain = parse_sink_options({**BASE, "kafka.security.protocol": "PLAINTEXT"})
+    assert "security_protocol" not in plain.producer_config
+
+
 def test_every_producer_option_names_a_producer_keyword() -> None:
     import inspect
 
@@ -81,6 +106,13 @@ def test_every_producer_option_names_a_producer_keyword() -> None:
         ({**BASE, "kafka.linger.ms": "soon"}, "kafka.linger.ms must be an integer, got 'soon'"),
         ({**BASE, "kafka.enable.idempotence": "yes"}, "must be 'true' or 'false'"),
         ({**BASE, "kafka.client.id": ""}, "kafka.client.id must not be empty"),
+        ({**BASE, "kafka.security.protocol": "SASL_SSL"}, "must be PLAINTEXT or SSL"),
+        ({**BASE, "kafka.ssl.cafile": "/ca.crt"}, "kafka.ssl.cafile given but .* is not SSL"),
+        (
+            {**BASE, "kafka.security.protocol": "SSL", "kafka.ssl.certfile": "/c.crt"},
+            "kafka.ssl.certfile and kafka.ssl.keyfile go together",
+        ),
+        ({**BASE, "kafka.sasl.mechanism": "x"}, r"unknown option.*supported: .*kafka\.ssl\.cafile"),
     ],
 )
 def test_bad_options_are_named(options: dict[str, str], match: str) -> None:
