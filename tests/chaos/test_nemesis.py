@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import random
+import re
 import socket
 import subprocess
 import sys
@@ -499,7 +500,12 @@ def test_swallowed_resets_keep_a_dead_brokers_session_until_it_times_out(
         assert fenced_after_s >= session_timeout_s * 0.8, fenced_after_s
         log = cluster.controller.log_text()
         assert "broker 3 heartbeat stream broke" not in log
-        assert "broker 3 missed heartbeats" in log
+        # The old session ends at the timeout either way: the expiry timer fences it, or
+        # the new incarnation's registration, accepted once the session has run out,
+        # replaces it before the timer's next pass (then no "missed heartbeats" line; seen
+        # in CI).
+        epochs = set(re.findall(r"broker 3 at \S+ epoch (\d+):", log))
+        assert "broker 3 missed heartbeats" in log or len(epochs) >= 2, log
         assert "DUPLICATE_BROKER_REGISTRATION" in cluster.brokers[3].log_text()
         cluster.wait_active(3)  # registered once the old session expired
         assert (broker_name(3), "controller", broker_name(3)) in cluster.net.swallowed()
