@@ -576,6 +576,109 @@ def stamp_all_in_place(
     return batches
 
 
+#: The stamped prefix of a batch and its header CRC, written in one `pack_into`.
+_STAMP = struct.Struct("<17sI")
+assert _STAMP.size == _CRC_POS
+
+
+def check_and_stamp_create_time(
+    buf: bytearray,
+    *,
+    first_offset: int,
+    leader_epoch: int,
+    max_batch_length: int,
+    earliest_ms: int,
+    latest_ms: int,
+) -> tuple[list[tuple[int, int, int]], int, int] | None:
+    """The leader's CreateTime append in one pass per batch: every framing rule
+    (`header_fields`), every content rule (`fields_content_problem`), `batch_length <=
+    max_batch_length` and both timestamps in `[earliest_ms, latest_ms]` (or -1), then the
+    restamp of `stamp_all_in_place`, on one `unpack_from` per batch.
+
+    Only a shortcut: it accepts a batch only when all those rules hold, and returns None
+    as soon as one batch fails any of them (or `buf` is empty), leaving `buf` partly
+    stamped. The caller then runs the checks' homes on the original bytes, which raise
+    the precise error (or, should the two ever disagree, decide). On success returns
+    `stamp_all_in_place`'s `(position, base offset, max timestamp)` per batch, the
+    offset after the last batch and the largest max timestamp (-1 if none).
+    """
+    pack = _PREFIX.pack
+    pack_stamp = _STAMP.pack_into
+    unpack = _unpack_header
+    crc = _crc
+    known = _KNOWN_CODECS
+    batches: list[tuple[int, int, int]] = []
+    append = batches.append
+    largest = NO_TIMESTAMP
+    # A timestamp is -1 (none) or >= 0 (`fields_content_problem`), and within the window.
+    lowest_ms = max(earliest_ms, 0)
+    offset = first_offset
+    pos = 0
+    end = len(buf)
+    if not end:
+        return None
+    with memoryview(buf) as view:
+        while pos < end:
+            if end - pos < HEADER_SIZE:
+                return None
+            (
+                _,
+                length,
+                _,
+                magic,
+                header_crc,
+                body_crc,
+                attributes,
+                last_offset_delta,
+                first_ms,
+                max_ms,
+                producer_id,
+                producer_epoch,
+                base_sequence,
+                count,
+            ) = unpack(view, pos)
+            size = length + LENGTH_PREFIX_SIZE
+            codec = attributes & _COMPRESSION_MASK
+            if not (
+                magic == MAGIC
+                and MIN_BATCH_LENGTH <= length <= max_batch_length
+                and pos + size <= end
+                and count >= 1
+                and last_offset_delta == count - 1
+                and (  # the array header in front of the records: `_array_header_bytes`
+                    count * MIN_RECORD_BYTES + (1 if count < 16 else 3 if count < 65536 else 5)
+                    <= length - _BODY_LENGTH_OFFSET
+                    if codec == 0
+                    else codec in known and count * MIN_RECORD_BYTES <= RECORDS_BYTES_MAX
+                )
+                and (
+                    (
+                        producer_id == NO_PRODUCER_ID
+                        and producer_epoch >= NO_PRODUCER_ID
+                        and base_sequence >= NO_PRODUCER_ID
+                    )
+                    or (
+                        producer_id >= 0
+                        and 0 <= producer_epoch <= PRODUCER_EPOCH_MAX
+                        and base_sequence >= 0
+                    )
+                )
+                and (first_ms == NO_TIMESTAMP or lowest_ms <= first_ms <= latest_ms)
+                and (max_ms == NO_TIMESTAMP or lowest_ms <= max_ms <= latest_ms)
+                and crc(view[pos : pos + _HEADER_CRC_POS]) == header_crc
+                and crc(view[pos + _CRC_START : pos + size]) == body_crc
+            ):
+                return None
+            prefix = pack(offset, length, leader_epoch, MAGIC)
+            pack_stamp(buf, pos, prefix, crc(prefix))
+            append((pos, offset, max_ms))
+            if max_ms > largest:
+                largest = max_ms
+            offset += count
+            pos += size
+    return batches, offset, largest
+
+
 def stamp_in_place(
     buf: bytearray,
     pos: int,

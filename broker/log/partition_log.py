@@ -54,6 +54,7 @@ from minikafka.record_batch import (
     Compression,
     CorruptBatchError,
     HeaderFields,
+    check_and_stamp_create_time,
     decode_rows,
     fields_content_problem,
     scan_batches,
@@ -369,28 +370,45 @@ class PartitionLog:
         """
         if leader_epoch < 0:
             raise ValueError(f"leader epoch must be >= 0, got {leader_epoch}")
-        try:
-            headers = validate_leader_record_set(
-                records, self.config, now_ms=now_ms, log_append_time=log_append_time
-            )
-        except (RecordTooLargeError, InvalidRecordError, InvalidTimestampError) as exc:
-            raise type(exc)(f"{self.name}: {exc}") from None
-        append_time_ms = now_ms if log_append_time else None
         # The one copy of the record bytes: stamped in place, written as one buffer.
         stamped = bytearray(records)
         with self._lock:
-            self._check_open()
-            self._maybe_roll(len(stamped), now_ms)
+            config = self.config
             first_offset = self.log_end_offset
-            batches = stamp_all_in_place(
-                stamped,
-                headers,
-                first_offset=first_offset,
-                leader_epoch=leader_epoch,
-                log_append_time_ms=append_time_ms,
-            )
-            offset = batches[-1][1] + headers[-1][1][F_RECORD_COUNT]
-            max_timestamp_ms = max(max(b[2] for b in batches), -1)
+            checked = None
+            if not log_append_time and not self._closed:
+                # Every check and the restamp in one pass per batch; on any refusal the
+                # checks' homes below run on the original bytes and raise the precise
+                # error (a closed log reports a bad record set first, as it always has).
+                checked = check_and_stamp_create_time(
+                    stamped,
+                    first_offset=first_offset,
+                    leader_epoch=leader_epoch,
+                    max_batch_length=config.max_message_bytes - LENGTH_PREFIX_SIZE,
+                    earliest_ms=now_ms - config.timestamp_before_max_ms,
+                    latest_ms=now_ms + config.timestamp_after_max_ms,
+                )
+            if checked is None:
+                try:
+                    headers = validate_leader_record_set(
+                        records, config, now_ms=now_ms, log_append_time=log_append_time
+                    )
+                except (RecordTooLargeError, InvalidRecordError, InvalidTimestampError) as exc:
+                    raise type(exc)(f"{self.name}: {exc}") from None
+                self._check_open()
+                stamped = bytearray(records)
+                batches = stamp_all_in_place(
+                    stamped,
+                    headers,
+                    first_offset=first_offset,
+                    leader_epoch=leader_epoch,
+                    log_append_time_ms=now_ms if log_append_time else None,
+                )
+                max_timestamp_ms = max(max(b[2] for b in batches), -1)
+                offset = batches[-1][1] + headers[-1][1][F_RECORD_COUNT]
+            else:
+                batches, offset, max_timestamp_ms = checked
+            self._maybe_roll(len(stamped), now_ms)
             self._write([stamped], batches)
             self.epoch_cache.assign(leader_epoch, first_offset)
             record_count = offset - first_offset
@@ -399,7 +417,7 @@ class PartitionLog:
                 first_offset=first_offset,
                 last_offset=offset - 1,
                 record_count=record_count,
-                batch_count=len(headers),
+                batch_count=len(batches),
                 max_timestamp_ms=max_timestamp_ms,
                 log_append_time_ms=now_ms if log_append_time else -1,
                 size_bytes=len(stamped),

@@ -7,12 +7,19 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
 
 from broker.log.config import LogConfig
 from broker.log.errors import InvalidRecordError, InvalidTimestampError, RecordTooLargeError
 from broker.log.partition_log import validate_leader_record_set
 from minikafka.errors import ErrorCode, MiniKafkaError
-from minikafka.record_batch import build_batch
+from minikafka.record_batch import (
+    LENGTH_PREFIX_SIZE,
+    build_batch,
+    check_and_stamp_create_time,
+    stamp_all_in_place,
+)
 from tests.support.lying_batches import one_record_batch, patch_header, with_body
 from tests.unit.broker.log.storage_helpers import open_log
 
@@ -150,3 +157,94 @@ def test_record_framing_walk_is_optional() -> None:
         validate_leader_record_set(
             lying, CONFIG, now_ms=NOW, log_append_time=False, walk_records=True
         )
+
+
+_FIELD_VALUES = {
+    "producer_id": st.sampled_from([-2, -1, 0, 3, 2**63 - 1]),
+    "producer_epoch": st.sampled_from([-32768, -2, -1, 0, 32767]),
+    "base_sequence": st.sampled_from([-2, -1, 0, 5]),
+    "first_timestamp_ms": st.sampled_from(
+        [-2, -1, 0, NOW - 20_000, NOW, NOW + HOUR, NOW + HOUR + 1]
+    ),
+    "max_timestamp_ms": st.sampled_from([-(2**63), -1, 0, NOW - 20_000, NOW, NOW + HOUR + 1]),
+    "record_count": st.sampled_from([-1, 0, 1, 2, 15, 16, 40, 2**31 - 1]),
+    "attributes": st.sampled_from([0, 1, 2, 3, 4, 5, 7, 8]),
+    "leader_epoch": st.sampled_from([-1, 7]),
+    "base_offset": st.sampled_from([0, 99]),
+}
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(1, 300),
+            st.one_of(
+                st.just(frozenset()),
+                st.frozensets(st.sampled_from(sorted(_FIELD_VALUES)), max_size=2),
+            ),
+        ),
+        min_size=0,
+        max_size=4,
+    ),
+    st.data(),
+    st.one_of(
+        st.just(([], 0)),
+        st.tuples(
+            st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), max_size=2),
+            st.integers(0, 64),
+        ),
+    ),
+    st.sampled_from([1024, 300, 1024 * 1024]),
+    st.sampled_from([2**63 - 1, 10_000]),
+)
+def test_one_pass_leader_append_agrees_with_the_checks_homes(
+    batches: list[tuple[int, frozenset[str]]],
+    data: st.DataObject,
+    damage: tuple[list[tuple[int, int]], int],
+    max_message_bytes: int,
+    before_max_ms: int,
+) -> None:
+    """`check_and_stamp_create_time` (the leader's one-pass CreateTime append) is only a
+    shortcut: on any record set (honest, lying headers, flipped bytes, cut short) it
+    accepts exactly what `validate_leader_record_set` accepts and stamps exactly the bytes
+    `stamp_all_in_place` stamps; it refuses everything else."""
+    parts = []
+    for size, patched in batches:
+        batch = build_batch([(NOW, None, b"v" * size, None)])
+        fields = {name: data.draw(_FIELD_VALUES[name]) for name in sorted(patched)}
+        parts.append(patch_header(batch, **fields) if fields else batch)
+    records = bytearray(b"".join(parts))
+    flips, cut = damage
+    for where, value in flips:
+        if records:
+            records[where % len(records)] = value
+    if records:
+        del records[len(records) - min(cut, len(records) - 1) :]
+    config = msgspec.structs.replace(
+        CONFIG, max_message_bytes=max_message_bytes, timestamp_before_max_ms=before_max_ms
+    )
+    try:
+        headers = validate_leader_record_set(
+            bytes(records), config, now_ms=NOW, log_append_time=False
+        )
+    except MiniKafkaError:
+        expected = None
+    else:
+        stamped = bytearray(records)
+        stamps = stamp_all_in_place(stamped, headers, first_offset=42, leader_epoch=5)
+        next_offset = stamps[-1][1] + headers[-1][1][13]
+        largest = max(max(s[2] for s in stamps), -1)
+        expected = (bytes(stamped), stamps, next_offset, largest)
+    buf = bytearray(records)
+    checked = check_and_stamp_create_time(
+        buf,
+        first_offset=42,
+        leader_epoch=5,
+        max_batch_length=max_message_bytes - LENGTH_PREFIX_SIZE,
+        earliest_ms=NOW - before_max_ms,
+        latest_ms=NOW + config.timestamp_after_max_ms,
+    )
+    got = None if checked is None else (bytes(buf), *checked)
+    event("refused" if expected is None else "accepted")
+    assert got == expected
