@@ -589,7 +589,7 @@ def check_and_stamp_create_time(
     max_batch_length: int,
     earliest_ms: int,
     latest_ms: int,
-) -> tuple[list[tuple[int, int, int]], int, int] | None:
+) -> tuple[list[int], list[int], int, int] | None:
     """The leader's CreateTime append in one pass per batch: every framing rule
     (`header_fields`), every content rule (`fields_content_problem`), `batch_length <=
     max_batch_length` and both timestamps in `[earliest_ms, latest_ms]` (or -1), then the
@@ -599,16 +599,19 @@ def check_and_stamp_create_time(
     as soon as one batch fails any of them (or `buf` is empty), leaving `buf` partly
     stamped. The caller then runs the checks' homes on the original bytes, which raise
     the precise error (or, should the two ever disagree, decide). On success returns
-    `stamp_all_in_place`'s `(position, base offset, max timestamp)` per batch, the
-    offset after the last batch and the largest max timestamp (-1 if none).
+    what `stamp_all_in_place` returns, as `(positions, base offsets, next offset,
+    largest max timestamp)`: each batch's position and new base offset, the offset
+    after the last batch and the largest max timestamp (-1 if none).
     """
     pack = _PREFIX.pack
     pack_stamp = _STAMP.pack_into
     unpack = _unpack_header
     crc = _crc
     known = _KNOWN_CODECS
-    batches: list[tuple[int, int, int]] = []
-    append = batches.append
+    positions: list[int] = []
+    base_offsets: list[int] = []
+    add_position = positions.append
+    add_offset = base_offsets.append
     largest = NO_TIMESTAMP
     # A timestamp is -1 (none) or >= 0 (`fields_content_problem`), and within the window.
     lowest_ms = max(earliest_ms, 0)
@@ -671,12 +674,13 @@ def check_and_stamp_create_time(
                 return None
             prefix = pack(offset, length, leader_epoch, MAGIC)
             pack_stamp(buf, pos, prefix, crc(prefix))
-            append((pos, offset, max_ms))
+            add_position(pos)
+            add_offset(offset)
             if max_ms > largest:
                 largest = max_ms
             offset += count
             pos += size
-    return batches, offset, largest
+    return positions, base_offsets, offset, largest
 
 
 def stamp_in_place(

@@ -404,12 +404,14 @@ class PartitionLog:
                     leader_epoch=leader_epoch,
                     log_append_time_ms=now_ms if log_append_time else None,
                 )
+                positions = [b[0] for b in batches]
+                base_offsets = [b[1] for b in batches]
                 max_timestamp_ms = max(max(b[2] for b in batches), -1)
                 offset = batches[-1][1] + headers[-1][1][F_RECORD_COUNT]
             else:
-                batches, offset, max_timestamp_ms = checked
+                positions, base_offsets, offset, max_timestamp_ms = checked
             self._maybe_roll(len(stamped), now_ms)
-            self._write([stamped], batches)
+            self._write([stamped], positions, base_offsets, max_timestamp_ms)
             self.epoch_cache.assign(leader_epoch, first_offset)
             record_count = offset - first_offset
             self._after_append(offset, record_count, now_ms)
@@ -417,7 +419,7 @@ class PartitionLog:
                 first_offset=first_offset,
                 last_offset=offset - 1,
                 record_count=record_count,
-                batch_count=len(batches),
+                batch_count=len(positions),
                 max_timestamp_ms=max_timestamp_ms,
                 log_append_time_ms=now_ms if log_append_time else -1,
                 size_bytes=len(stamped),
@@ -457,8 +459,13 @@ class PartitionLog:
                     epoch = batch_epoch
                 expected = base_offset + fields[F_LAST_OFFSET_DELTA] + 1
             self._maybe_roll(len(records), now_ms)
-            batches = [(pos, f[F_BASE_OFFSET], f[F_MAX_TIMESTAMP]) for pos, f in headers]
-            self._write([records], batches)
+            max_timestamp_ms = max(f[F_MAX_TIMESTAMP] for _, f in headers)
+            self._write(
+                [records],
+                [pos for pos, _ in headers],
+                [f[F_BASE_OFFSET] for _, f in headers],
+                max(max_timestamp_ms, -1),
+            )
             for _, fields in headers:
                 if fields[F_LEADER_EPOCH] >= 0:
                     self.epoch_cache.assign(fields[F_LEADER_EPOCH], fields[F_BASE_OFFSET])
@@ -470,17 +477,25 @@ class PartitionLog:
                 last_offset=expected - 1,
                 record_count=record_count,
                 batch_count=len(headers),
-                max_timestamp_ms=max(f[F_MAX_TIMESTAMP] for _, f in headers),
+                max_timestamp_ms=max_timestamp_ms,
                 log_append_time_ms=-1,
                 size_bytes=len(records),
             )
 
     def _write(
-        self, buffers: list[bytes | bytearray | memoryview], batches: list[tuple[int, int, int]]
+        self,
+        buffers: list[bytes | bytearray | memoryview],
+        positions: list[int],
+        base_offsets: list[int],
+        max_timestamp_ms: int,
     ) -> None:
         try:
             self._segments[-1].append(
-                buffers, batches, index_interval_bytes=self.config.index_interval_bytes
+                buffers,
+                positions,
+                base_offsets,
+                max_timestamp_ms=max_timestamp_ms,
+                index_interval_bytes=self.config.index_interval_bytes,
             )
         except OSError as exc:
             raise LogStorageError(f"{self.name}: cannot write segment: {exc}") from exc

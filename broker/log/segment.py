@@ -11,6 +11,7 @@ the file holds concatenated batches exactly as `minikafka.record_batch` defines 
 
 from __future__ import annotations
 
+import bisect
 import errno
 import os
 import struct
@@ -52,6 +53,41 @@ def parse_segment_name(name: str) -> int | None:
     if dot and "." + suffix == LOG_SUFFIX and len(stem) == 20 and stem.isdigit():
         return int(stem)
     return None
+
+
+def index_positions(
+    positions: Sequence[int],
+    total_bytes: int,
+    *,
+    bytes_since_entry: int,
+    interval_bytes: int,
+    index_empty: bool,
+) -> tuple[list[int], int]:
+    """Which batches of an append get an index entry, and the bytes since the last entry
+    after it: `(indexes into positions, bytes_since_entry)`.
+
+    `positions` are the batches' relative positions in the `total_bytes` appended (strictly
+    increasing, the first 0); `bytes_since_entry` counts the segment's bytes since its last
+    entry. A batch gets an entry when at least `interval_bytes` lie between the last entry
+    and its start, or when the index is empty (the first batch). Bisects from entry to
+    entry, so the cost follows the entries, not the batches.
+    """
+    chosen: list[int] = []
+    count = len(positions)
+    anchor = -bytes_since_entry  # relative position of the last entry
+    lo = 0
+    if index_empty and count:
+        chosen.append(0)
+        anchor = positions[0]
+        lo = 1
+    while lo < count:
+        i = bisect.bisect_left(positions, anchor + interval_bytes, lo)
+        if i == count:
+            break
+        chosen.append(i)
+        anchor = positions[i]
+        lo = i + 1
+    return chosen, total_bytes - anchor
 
 
 class BatchPeek:
@@ -232,12 +268,15 @@ class LogSegment:
     def append(
         self,
         buffers: Sequence[bytes | bytearray | memoryview],
-        batches: Sequence[tuple[int, int, int]],
+        positions: Sequence[int],
+        base_offsets: Sequence[int],
         *,
+        max_timestamp_ms: int,
         index_interval_bytes: int,
     ) -> None:
-        """Write `buffers` at the end; `batches` lists `(relative position, base offset,
-        max timestamp)` of each batch in them, for the index and the timestamp."""
+        """Write `buffers` at the end; `positions` and `base_offsets` list the relative
+        position and base offset of each batch in them (for the index), and
+        `max_timestamp_ms` is their largest max timestamp."""
         start = self.size
         total = sum(map(len, buffers))
         self._dirty = True
@@ -249,22 +288,18 @@ class LogSegment:
         except OSError:
             os.ftruncate(fd, start)  # never leave a torn batch behind a failed write
             raise
-        since = self._bytes_since_index_entry
-        index_empty = not len(self.index)
-        previous = 0
-        largest = -1
-        for relative, base_offset, max_timestamp_ms in batches:
-            since += relative - previous
-            previous = relative
-            if since >= index_interval_bytes or index_empty:
-                self.index.append(base_offset, start + relative)
-                since = 0
-                index_empty = False
-            if max_timestamp_ms > largest:
-                largest = max_timestamp_ms
-        self._bytes_since_index_entry = since + total - previous
-        if self._max_timestamp_ms is not None and largest > self._max_timestamp_ms:
-            self._max_timestamp_ms = largest
+        index = self.index
+        chosen, self._bytes_since_index_entry = index_positions(
+            positions,
+            total,
+            bytes_since_entry=self._bytes_since_index_entry,
+            interval_bytes=index_interval_bytes,
+            index_empty=not len(index),
+        )
+        for i in chosen:
+            index.append(base_offsets[i], start + positions[i])
+        if self._max_timestamp_ms is not None and max_timestamp_ms > self._max_timestamp_ms:
+            self._max_timestamp_ms = max_timestamp_ms
         self.size = start + total
 
     def _write_rest(

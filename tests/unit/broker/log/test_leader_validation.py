@@ -233,9 +233,11 @@ def test_one_pass_leader_append_agrees_with_the_checks_homes(
     else:
         stamped = bytearray(records)
         stamps = stamp_all_in_place(stamped, headers, first_offset=42, leader_epoch=5)
+        positions = [s[0] for s in stamps]
+        base_offsets = [s[1] for s in stamps]
         next_offset = stamps[-1][1] + headers[-1][1][13]
         largest = max(max(s[2] for s in stamps), -1)
-        expected = (bytes(stamped), stamps, next_offset, largest)
+        expected = (bytes(stamped), positions, base_offsets, next_offset, largest)
     buf = bytearray(records)
     checked = check_and_stamp_create_time(
         buf,

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker.log.index import OffsetIndex, floor_lookup
+from broker.log.segment import index_positions
 
 
 def linear_floor(pairs: list[tuple[int, int]], target: int) -> tuple[int, int]:
@@ -79,3 +80,40 @@ def test_invalid_index_file_is_rejected(
 
 def test_missing_index_file_is_rejected(tmp_path: Path) -> None:
     assert not OffsetIndex(tmp_path / "00000000000000000000.index").load(0, 10)
+
+
+def per_batch_entries(
+    positions: list[int], total: int, since: int, interval: int, index_empty: bool
+) -> tuple[list[int], int]:
+    """The per-batch walk `LogSegment.append` used before `index_positions` (reference)."""
+    chosen: list[int] = []
+    previous = 0
+    for i, relative in enumerate(positions):
+        since += relative - previous
+        previous = relative
+        if since >= interval or index_empty:
+            chosen.append(i)
+            since = 0
+            index_empty = False
+    return chosen, since + total - previous
+
+
+@given(
+    st.lists(st.integers(1, 3000), max_size=40),
+    st.integers(0, 10_000),
+    st.sampled_from([-1, 0, 1, 256, 4096]),
+    st.booleans(),
+)
+def test_index_positions_equals_the_per_batch_walk(
+    sizes: list[int], since: int, interval: int, index_empty: bool
+) -> None:
+    """The bisecting entry choice picks the same batches, and leaves the same byte count
+    since the last entry, as a walk over every batch: the `.index` bytes do not change."""
+    positions: list[int] = []
+    total = 0
+    for size in sizes:
+        positions.append(total)
+        total += size
+    assert index_positions(
+        positions, total, bytes_since_entry=since, interval_bytes=interval, index_empty=index_empty
+    ) == per_batch_entries(positions, total, since, interval, index_empty)
