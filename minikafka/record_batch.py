@@ -576,11 +576,6 @@ def stamp_all_in_place(
     return batches
 
 
-#: The stamped prefix of a batch and its header CRC, written in one `pack_into`.
-_STAMP = struct.Struct("<17sI")
-assert _STAMP.size == _CRC_POS
-
-
 def check_and_stamp_create_time(
     buf: bytearray,
     *,
@@ -603,11 +598,24 @@ def check_and_stamp_create_time(
     largest max timestamp)`: each batch's position and new base offset, the offset
     after the last batch and the largest max timestamp (-1 if none).
     """
-    pack = _PREFIX.pack
-    pack_stamp = _STAMP.pack_into
+    pack_prefix = _PREFIX.pack_into
+    pack_crc = _U32.pack_into
     unpack = _unpack_header
     crc = _crc
     known = _KNOWN_CODECS
+    # The rules' constants as locals: this loop runs for every batch of every produce.
+    magic_v2 = MAGIC
+    min_length = MIN_BATCH_LENGTH
+    prefix_bytes = LENGTH_PREFIX_SIZE
+    codec_mask = _COMPRESSION_MASK
+    body_offset = _BODY_LENGTH_OFFSET
+    record_bytes = MIN_RECORD_BYTES
+    max_compressed_count = RECORDS_BYTES_MAX // MIN_RECORD_BYTES
+    no_producer = NO_PRODUCER_ID
+    max_producer_epoch = PRODUCER_EPOCH_MAX
+    no_timestamp = NO_TIMESTAMP
+    header_crc_end = _HEADER_CRC_POS
+    crc_start = _CRC_START
     positions: list[int] = []
     base_offsets: list[int] = []
     add_position = positions.append
@@ -621,65 +629,67 @@ def check_and_stamp_create_time(
     if not end:
         return None
     with memoryview(buf) as view:
-        while pos < end:
-            if end - pos < HEADER_SIZE:
-                return None
-            (
-                _,
-                length,
-                _,
-                magic,
-                header_crc,
-                body_crc,
-                attributes,
-                last_offset_delta,
-                first_ms,
-                max_ms,
-                producer_id,
-                producer_epoch,
-                base_sequence,
-                count,
-            ) = unpack(view, pos)
-            size = length + LENGTH_PREFIX_SIZE
-            codec = attributes & _COMPRESSION_MASK
-            if not (
-                magic == MAGIC
-                and MIN_BATCH_LENGTH <= length <= max_batch_length
-                and pos + size <= end
-                and count >= 1
-                and last_offset_delta == count - 1
-                and (  # the array header in front of the records: `_array_header_bytes`
-                    count * MIN_RECORD_BYTES + (1 if count < 16 else 3 if count < 65536 else 5)
-                    <= length - _BODY_LENGTH_OFFSET
-                    if codec == 0
-                    else codec in known and count * MIN_RECORD_BYTES <= RECORDS_BYTES_MAX
-                )
-                and (
-                    (
-                        producer_id == NO_PRODUCER_ID
-                        and producer_epoch >= NO_PRODUCER_ID
-                        and base_sequence >= NO_PRODUCER_ID
+        try:
+            while pos < end:
+                (
+                    _,
+                    length,
+                    _,
+                    magic,
+                    header_crc,
+                    body_crc,
+                    attributes,
+                    last_offset_delta,
+                    first_ms,
+                    max_ms,
+                    producer_id,
+                    producer_epoch,
+                    base_sequence,
+                    count,
+                ) = unpack(view, pos)  # struct.error if fewer than HEADER_SIZE bytes remain
+                size = length + prefix_bytes
+                codec = attributes & codec_mask
+                head = view[pos : pos + header_crc_end]
+                if not (
+                    magic == magic_v2
+                    and min_length <= length <= max_batch_length
+                    and pos + size <= end
+                    and 0 < count == last_offset_delta + 1
+                    and (  # the array header in front of the records: `_array_header_bytes`
+                        count * record_bytes + (1 if count < 16 else 3 if count < 65536 else 5)
+                        <= length - body_offset
+                        if codec == 0
+                        else codec in known and count <= max_compressed_count
                     )
-                    or (
-                        producer_id >= 0
-                        and 0 <= producer_epoch <= PRODUCER_EPOCH_MAX
-                        and base_sequence >= 0
+                    and (
+                        (
+                            producer_id == no_producer
+                            and producer_epoch >= no_producer
+                            and base_sequence >= no_producer
+                        )
+                        or (
+                            producer_id >= 0
+                            and 0 <= producer_epoch <= max_producer_epoch
+                            and base_sequence >= 0
+                        )
                     )
-                )
-                and (first_ms == NO_TIMESTAMP or lowest_ms <= first_ms <= latest_ms)
-                and (max_ms == NO_TIMESTAMP or lowest_ms <= max_ms <= latest_ms)
-                and crc(view[pos : pos + _HEADER_CRC_POS]) == header_crc
-                and crc(view[pos + _CRC_START : pos + size]) == body_crc
-            ):
-                return None
-            prefix = pack(offset, length, leader_epoch, MAGIC)
-            pack_stamp(buf, pos, prefix, crc(prefix))
-            add_position(pos)
-            add_offset(offset)
-            if max_ms > largest:
-                largest = max_ms
-            offset += count
-            pos += size
+                    and (first_ms == no_timestamp or lowest_ms <= first_ms <= latest_ms)
+                    and (max_ms == no_timestamp or lowest_ms <= max_ms <= latest_ms)
+                    and crc(head) == header_crc
+                    and crc(view[pos + crc_start : pos + size]) == body_crc
+                ):
+                    return None
+                # Restamp: `head` now shows the new prefix, whose CRC follows it.
+                pack_prefix(buf, pos, offset, length, leader_epoch, magic_v2)
+                pack_crc(buf, pos + header_crc_end, crc(head))
+                add_position(pos)
+                add_offset(offset)
+                if max_ms > largest:
+                    largest = max_ms
+                offset += count
+                pos += size
+        except struct.error:
+            return None
     return positions, base_offsets, offset, largest
 
 
