@@ -37,6 +37,8 @@ class FileBudget:
         self.max_open = max_open
         self._open: OrderedDict[int, _Holder] = OrderedDict()
         self._lock = threading.Lock()
+        #: Key of the most recently used holder (set under the lock, read without it).
+        self._recent: int | None = None
         self.opens = 0  # descriptors opened (a metric for tests and benchmarks)
         self.evictions = 0
 
@@ -58,17 +60,23 @@ class FileBudget:
         fd = os.open(path, flags, 0o644)
         with self._lock:
             self._open[id(holder)] = holder
+            self._recent = id(holder)
             self.opens += 1
         return fd
 
     def touch(self, holder: _Holder) -> None:
         """`holder` used its descriptor: it is the most recently used."""
+        key = id(holder)
+        if key == self._recent:
+            return  # already the most recently used (every append of an active segment)
         with self._lock:
-            key = id(holder)
             if key in self._open:
                 self._open.move_to_end(key)
+                self._recent = key
 
     def forget(self, holder: _Holder) -> None:
         """`holder` closed its descriptor itself."""
         with self._lock:
             self._open.pop(id(holder), None)
+            if self._recent == id(holder):
+                self._recent = None

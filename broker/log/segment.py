@@ -278,11 +278,15 @@ class LogSegment:
         position and base offset of each batch in them (for the index), and
         `max_timestamp_ms` is their largest max timestamp."""
         start = self.size
-        total = sum(map(len, buffers))
         self._dirty = True
         fd = self._descriptor()
         try:
-            written = os.pwritev(fd, buffers[:_IOV_MAX], start)
+            if len(buffers) == 1:  # both append paths: one buffer, one pwrite
+                total = len(buffers[0])
+                written = os.pwrite(fd, buffers[0], start)
+            else:
+                total = sum(map(len, buffers))
+                written = os.pwritev(fd, buffers[:_IOV_MAX], start)
             if written != total:
                 self._write_rest(buffers, written, start)
         except OSError:

@@ -97,3 +97,36 @@ def test_the_budget_evicts_the_least_recently_used() -> None:
     assert budget.open_count == 2
     for fd in fds:
         os.close(fd)
+
+
+@pytest.mark.parametrize(
+    ("uses", "evicted"),
+    [
+        pytest.param("ab", "a", id="open-order"),
+        pytest.param("abb", "a", id="touch-the-most-recent-again"),
+        pytest.param("aba", "b", id="touch-the-older"),
+        pytest.param("abab", "a", id="back-to-the-most-recent"),
+        pytest.param("abaa", "b", id="the-most-recent-twice"),
+    ],
+)
+def test_touch_keeps_the_least_recently_used_order(uses: str, evicted: str) -> None:
+    """Holders `a` and `b` opened in that order, then touched as `uses` says after the
+    opens: a third open evicts the least recently used (the touch of the holder that is
+    already the most recent skips the lock, nothing else changes)."""
+
+    class Holder:
+        def __init__(self) -> None:
+            self.released = 0
+
+        def release_descriptor(self) -> None:
+            self.released += 1
+
+    budget = FileBudget(max_open=2)
+    holders = {"a": Holder(), "b": Holder(), "c": Holder()}
+    fds = [budget.open(holders[name], "/dev/null", os.O_RDONLY) for name in "ab"]
+    for name in uses[2:]:
+        budget.touch(holders[name])
+    fds.append(budget.open(holders["c"], "/dev/null", os.O_RDONLY))
+    assert [name for name, h in holders.items() if h.released] == [evicted]
+    for fd in fds:
+        os.close(fd)
