@@ -7,9 +7,11 @@ side, as with the default flush policy), so the ratio is what matters, not the M
 It also measures, in the same run and on the same record sets, what the leader's batch
 validation costs per append (issue 23): framing only (header + CRCs, what a follower
 checks and what the leader checked before), the leader's checks (contents and
-timestamps, the default), and the leader's checks plus a walk of every record of
-uncompressed batches (what Kafka's LogValidator does; off in minikafka), each as a
-share of the append path's time.
+timestamps, the default) as their homes run them, the leader's checks plus a walk of
+every record of uncompressed batches (what Kafka's LogValidator does; off in minikafka),
+and the one pass the CreateTime append path runs instead (the copy, every check and the
+restamp: `record_batch.check_and_stamp_create_time`), each as a share of the append
+path's time.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from broker.log.partition_log import (
     validate_leader_record_set,
     validate_record_set,
 )
-from minikafka.record_batch import build_batch
+from minikafka.record_batch import LENGTH_PREFIX_SIZE, build_batch, check_and_stamp_create_time
 
 #: Batches handed to one append call (a produce request carries several).
 BATCHES_PER_APPEND = 16
@@ -99,6 +101,16 @@ def bench_validation(payload: bytes, appends: int, rounds: int = 3) -> dict[str,
     """Seconds per append of each validation level (best of `rounds`, interleaved)."""
     config = LogConfig()
     now_ms = int(time.time() * 1000)
+    window = {
+        "max_batch_length": config.max_message_bytes - LENGTH_PREFIX_SIZE,
+        "earliest_ms": now_ms - config.timestamp_before_max_ms,
+        "latest_ms": now_ms + config.timestamp_after_max_ms,
+    }
+    if (
+        check_and_stamp_create_time(bytearray(payload), first_offset=0, leader_epoch=1, **window)
+        is None
+    ):
+        raise SystemExit("storage_bench: the one-pass leader append refused the payload")
     levels: dict[str, Callable[[], object]] = {
         "framing only (before)": lambda: validate_record_set(payload),
         "leader checks (now)": lambda: validate_leader_record_set(
@@ -106,6 +118,9 @@ def bench_validation(payload: bytes, appends: int, rounds: int = 3) -> dict[str,
         ),
         "leader checks + record walk": lambda: validate_leader_record_set(
             payload, config, now_ms=now_ms, log_append_time=False, walk_records=True
+        ),
+        "one pass: copy, checks, restamp": lambda: check_and_stamp_create_time(
+            bytearray(payload), first_offset=0, leader_epoch=1, **window
         ),
     }
     best = dict.fromkeys(levels, float("inf"))
