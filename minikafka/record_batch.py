@@ -647,13 +647,13 @@ def check_and_stamp_create_time(
                     base_sequence,
                     count,
                 ) = unpack(view, pos)  # struct.error if fewer than HEADER_SIZE bytes remain
-                size = length + prefix_bytes
+                stop = pos + length + prefix_bytes  # the next batch starts here
                 codec = attributes & codec_mask
                 head = view[pos : pos + header_crc_end]
                 if not (
                     magic == magic_v2
                     and min_length <= length <= max_batch_length
-                    and pos + size <= end
+                    and stop <= end
                     and 0 < count == last_offset_delta + 1
                     and (  # the array header in front of the records: `_array_header_bytes`
                         count * record_bytes + (1 if count < 16 else 3 if count < 65536 else 5)
@@ -676,7 +676,7 @@ def check_and_stamp_create_time(
                     and (first_ms == no_timestamp or lowest_ms <= first_ms <= latest_ms)
                     and (max_ms == no_timestamp or lowest_ms <= max_ms <= latest_ms)
                     and crc(head) == header_crc
-                    and crc(view[pos + crc_start : pos + size]) == body_crc
+                    and crc(view[pos + crc_start : stop]) == body_crc
                 ):
                     return None
                 # Restamp: `head` now shows the new prefix, whose CRC follows it.
@@ -687,7 +687,7 @@ def check_and_stamp_create_time(
                 if max_ms > largest:
                     largest = max_ms
                 offset += count
-                pos += size
+                pos = stop
         except struct.error:
             return None
     return positions, base_offsets, offset, largest

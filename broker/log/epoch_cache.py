@@ -138,7 +138,10 @@ class LeaderEpochCache:
             self._dirty = True
 
     def assign(self, epoch: int, start_offset: int) -> None:
-        self._set(assign_entry(self._entries, epoch, start_offset))
+        entries = self._entries
+        if entries and entries[-1].epoch == epoch and start_offset >= entries[-1].start_offset:
+            return  # the latest epoch again (every leader append): `assign_entry` keeps all
+        self._set(assign_entry(entries, epoch, start_offset))
 
     def latest_epoch(self) -> int | None:
         return self._entries[-1].epoch if self._entries else None

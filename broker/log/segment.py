@@ -298,7 +298,7 @@ class LogSegment:
             total,
             bytes_since_entry=self._bytes_since_index_entry,
             interval_bytes=index_interval_bytes,
-            index_empty=not len(index),
+            index_empty=not index.offsets,
         )
         for i in chosen:
             index.append(base_offsets[i], start + positions[i])
