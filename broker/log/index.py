@@ -13,6 +13,7 @@ import bisect
 import struct
 import sys
 from array import array
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
@@ -47,6 +48,47 @@ class OffsetIndex:
             return
         self.offsets.append(offset)
         self.positions.append(position)
+
+    def append_sparse(
+        self,
+        positions: Sequence[int],
+        base_offsets: Sequence[int],
+        start: int,
+        total_bytes: int,
+        *,
+        bytes_since_entry: int,
+        interval_bytes: int,
+    ) -> int:
+        """Index the batches of one append of `total_bytes` at log position `start`: batch
+        `i` starts at `start + positions[i]` (strictly increasing, the first 0) with base
+        offset `base_offsets[i]`. A batch gets an entry (`append`'s rule: entries only
+        grow) when at least `interval_bytes` lie between the last entry and its start, or
+        when the index is empty (the first batch); `bytes_since_entry` counts the log's
+        bytes since the last entry before the append. Returns that count after it.
+
+        Bisects from entry to entry, so the cost follows the entries, not the batches.
+        """
+        offsets = self.offsets
+        entry_positions = self.positions
+        count = len(positions)
+        anchor = -bytes_since_entry  # relative position of the last entry
+        lo = 0
+        if not offsets and count:
+            offsets.append(base_offsets[0])
+            entry_positions.append(start + positions[0])
+            anchor = positions[0]
+            lo = 1
+        while lo < count:
+            i = bisect.bisect_left(positions, anchor + interval_bytes, lo)
+            if i == count:
+                break
+            offset, position = base_offsets[i], start + positions[i]
+            if not offsets or (offset > offsets[-1] and position > entry_positions[-1]):
+                offsets.append(offset)
+                entry_positions.append(position)
+            anchor = positions[i]
+            lo = i + 1
+        return total_bytes - anchor
 
     def lookup(self, target: int) -> tuple[int, int]:
         return floor_lookup(self.offsets, self.positions, target)

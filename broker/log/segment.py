@@ -11,7 +11,6 @@ the file holds concatenated batches exactly as `minikafka.record_batch` defines 
 
 from __future__ import annotations
 
-import bisect
 import errno
 import os
 import struct
@@ -53,41 +52,6 @@ def parse_segment_name(name: str) -> int | None:
     if dot and "." + suffix == LOG_SUFFIX and len(stem) == 20 and stem.isdigit():
         return int(stem)
     return None
-
-
-def index_positions(
-    positions: Sequence[int],
-    total_bytes: int,
-    *,
-    bytes_since_entry: int,
-    interval_bytes: int,
-    index_empty: bool,
-) -> tuple[list[int], int]:
-    """Which batches of an append get an index entry, and the bytes since the last entry
-    after it: `(indexes into positions, bytes_since_entry)`.
-
-    `positions` are the batches' relative positions in the `total_bytes` appended (strictly
-    increasing, the first 0); `bytes_since_entry` counts the segment's bytes since its last
-    entry. A batch gets an entry when at least `interval_bytes` lie between the last entry
-    and its start, or when the index is empty (the first batch). Bisects from entry to
-    entry, so the cost follows the entries, not the batches.
-    """
-    chosen: list[int] = []
-    count = len(positions)
-    anchor = -bytes_since_entry  # relative position of the last entry
-    lo = 0
-    if index_empty and count:
-        chosen.append(0)
-        anchor = positions[0]
-        lo = 1
-    while lo < count:
-        i = bisect.bisect_left(positions, anchor + interval_bytes, lo)
-        if i == count:
-            break
-        chosen.append(i)
-        anchor = positions[i]
-        lo = i + 1
-    return chosen, total_bytes - anchor
 
 
 class BatchPeek:
@@ -292,16 +256,14 @@ class LogSegment:
         except OSError:
             os.ftruncate(fd, start)  # never leave a torn batch behind a failed write
             raise
-        index = self.index
-        chosen, self._bytes_since_index_entry = index_positions(
+        self._bytes_since_index_entry = self.index.append_sparse(
             positions,
+            base_offsets,
+            start,
             total,
             bytes_since_entry=self._bytes_since_index_entry,
             interval_bytes=index_interval_bytes,
-            index_empty=not index.offsets,
         )
-        for i in chosen:
-            index.append(base_offsets[i], start + positions[i])
         if self._max_timestamp_ms is not None and max_timestamp_ms > self._max_timestamp_ms:
             self._max_timestamp_ms = max_timestamp_ms
         self.size = start + total

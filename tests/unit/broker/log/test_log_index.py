@@ -11,7 +11,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker.log.index import OffsetIndex, floor_lookup
-from broker.log.segment import index_positions
 
 
 def linear_floor(pairs: list[tuple[int, int]], target: int) -> tuple[int, int]:
@@ -83,37 +82,67 @@ def test_missing_index_file_is_rejected(tmp_path: Path) -> None:
 
 
 def per_batch_entries(
-    positions: list[int], total: int, since: int, interval: int, index_empty: bool
-) -> tuple[list[int], int]:
-    """The per-batch walk `LogSegment.append` used before `index_positions` (reference)."""
-    chosen: list[int] = []
+    index: OffsetIndex,
+    positions: list[int],
+    base_offsets: list[int],
+    start: int,
+    total: int,
+    since: int,
+    interval: int,
+) -> int:
+    """The per-batch walk `LogSegment.append` used before `append_sparse` (reference)."""
+    index_empty = not len(index)
     previous = 0
-    for i, relative in enumerate(positions):
+    for relative, base_offset in zip(positions, base_offsets, strict=True):
         since += relative - previous
         previous = relative
         if since >= interval or index_empty:
-            chosen.append(i)
+            index.append(base_offset, start + relative)
             since = 0
             index_empty = False
-    return chosen, since + total - previous
+    return since + total - previous
 
 
 @given(
-    st.lists(st.integers(1, 3000), max_size=40),
+    st.lists(st.tuples(st.integers(1, 3000), st.integers(1, 20)), max_size=40),
+    st.lists(st.tuples(st.integers(1, 50), st.integers(1, 5000)), max_size=3),
     st.integers(0, 10_000),
     st.sampled_from([-1, 0, 1, 256, 4096]),
-    st.booleans(),
+    st.integers(-2, 2),
 )
-def test_index_positions_equals_the_per_batch_walk(
-    sizes: list[int], since: int, interval: int, index_empty: bool
+def test_sparse_append_equals_the_per_batch_walk(
+    batches: list[tuple[int, int]],
+    earlier: list[tuple[int, int]],
+    since: int,
+    interval: int,
+    overlap: int,
 ) -> None:
-    """The bisecting entry choice picks the same batches, and leaves the same byte count
-    since the last entry, as a walk over every batch: the `.index` bytes do not change."""
+    """Bisecting from entry to entry adds the same entries, and leaves the same byte count
+    since the last entry, as a walk over every batch: the `.index` bytes do not change.
+    `earlier` entries precede the append (`overlap` moves it onto them, where `append`'s
+    rule refuses entries that do not grow)."""
+    fast, slow = (OffsetIndex(Path("unused.index")) for _ in range(2))
+    offset = position = 0
+    for offset_step, position_step in earlier:
+        for index in (fast, slow):
+            index.append(offset, position)
+        offset += offset_step
+        position += position_step
     positions: list[int] = []
+    base_offsets: list[int] = []
     total = 0
-    for size in sizes:
+    for size, records in batches:
         positions.append(total)
+        base_offsets.append(offset + overlap)
         total += size
-    assert index_positions(
-        positions, total, bytes_since_entry=since, interval_bytes=interval, index_empty=index_empty
-    ) == per_batch_entries(positions, total, since, interval, index_empty)
+        offset += records
+    start = position + overlap
+    got = fast.append_sparse(
+        positions, base_offsets, start, total, bytes_since_entry=since, interval_bytes=interval
+    )
+    expected = per_batch_entries(slow, positions, base_offsets, start, total, since, interval)
+    assert (got, list(fast.offsets), list(fast.positions)) == (
+        expected,
+        list(slow.offsets),
+        list(slow.positions),
+    )
