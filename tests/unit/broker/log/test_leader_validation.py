@@ -11,7 +11,13 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from broker.log.config import LogConfig
-from broker.log.errors import InvalidRecordError, InvalidTimestampError, RecordTooLargeError
+from broker.log.errors import (
+    CorruptRecordError,
+    InvalidRecordError,
+    InvalidTimestampError,
+    LogStorageError,
+    RecordTooLargeError,
+)
 from broker.log.partition_log import validate_leader_record_set
 from minikafka.errors import ErrorCode, MiniKafkaError
 from minikafka.record_batch import (
@@ -250,3 +256,49 @@ def test_one_pass_leader_append_agrees_with_the_checks_homes(
     got = None if checked is None else (bytes(buf), *checked)
     event("refused" if expected is None else "accepted")
     assert got == expected
+
+
+@pytest.mark.parametrize(
+    ("records", "log_append_time", "error", "message"),
+    [
+        pytest.param(
+            one_record_batch(timestamp_ms=NOW), False, LogStorageError, "closed", id="honest"
+        ),
+        pytest.param(
+            one_record_batch(timestamp_ms=NOW),
+            True,
+            LogStorageError,
+            "closed",
+            id="honest-log-append-time",
+        ),
+        pytest.param(
+            one_record_batch(timestamp_ms=NOW)[:-1] + b"?",
+            False,
+            CorruptRecordError,
+            "CRC mismatch",
+            id="bad-crc",
+        ),
+        pytest.param(
+            one_record_batch(timestamp_ms=NOW + 2 * HOUR),
+            False,
+            InvalidTimestampError,
+            "outside",
+            id="future-timestamp",
+        ),
+        pytest.param(b"", False, InvalidRecordError, "empty record set", id="empty"),
+    ],
+)
+def test_a_closed_log_reports_a_bad_record_set_first(
+    tmp_path: Path,
+    records: bytes,
+    log_append_time: bool,
+    error: type[MiniKafkaError],
+    message: str,
+) -> None:
+    """On a closed log a record set the leader refuses gets its own error, as it always
+    has (the one-pass append only runs on an open log); an honest one gets the closed
+    log's storage error."""
+    log = open_log(tmp_path / "orders-0", CONFIG)
+    log.close()
+    with pytest.raises(error, match=message):
+        log.append_as_leader(records, leader_epoch=0, now_ms=NOW, log_append_time=log_append_time)
