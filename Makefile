@@ -9,6 +9,9 @@ EXTRAS ?= dev,spark,bench
 # The versions CI tested, used as pip constraints (LOCK= resolves the ranges of pyproject.toml).
 LOCK ?= requirements-ci.lock
 PYTEST_ARGS ?=
+# pytest-xdist workers for `make test` (0: one process). The suite waits on real processes
+# and timeouts more than it computes, so 3 workers on 2 cores halve its wall time.
+PYTEST_WORKERS ?= 3
 N ?= 10
 PROFILES ?=
 SEEDS ?= 20000
@@ -39,14 +42,14 @@ docs: install  ## regenerate docs/configuration.md from the code's option and co
 run: install  ## start a local 3-broker cluster (controller + brokers as child processes)
 	$(BIN)/minikafka dev
 
-test: install  ## the whole CI-sized suite: unit, integration, chaos subset, spark, compose
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+test: install  ## the whole CI-sized suite: unit, integration, chaos subset, spark, compose (PYTEST_WORKERS=3)
+	$(BIN)/python -m pytest $(if $(filter-out 0,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadgroup) $(PYTEST_ARGS)
 
 test-repeat: install  ## `make test` N times (N=10), stopping at the first failure; prints the pass count
 	@passed=0; \
 	for run in $$(seq 1 $(N)); do \
 	  echo "== test-repeat: run $$run of $(N)"; \
-	  if $(MAKE) --no-print-directory test PYTEST_ARGS='$(PYTEST_ARGS)'; then \
+	  if $(MAKE) --no-print-directory test PYTEST_ARGS='$(PYTEST_ARGS)' PYTEST_WORKERS='$(PYTEST_WORKERS)'; then \
 	    passed=$$((passed + 1)); \
 	  else \
 	    echo "test-repeat: run $$run failed; $$passed of $(N) runs passed"; exit 1; \
