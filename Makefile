@@ -43,7 +43,7 @@ run: install  ## start a local 3-broker cluster (controller + brokers as child p
 	$(BIN)/minikafka dev
 
 test: install  ## the whole CI-sized suite: unit, integration, chaos subset, spark, compose (PYTEST_WORKERS=3)
-	$(BIN)/python -m pytest $(if $(filter-out 0,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadgroup) $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(if $(filter-out 0,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadfile) $(PYTEST_ARGS)
 
 test-repeat: install  ## `make test` N times (N=10), stopping at the first failure; prints the pass count
 	@passed=0; \

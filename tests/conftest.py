@@ -8,28 +8,15 @@ the poller of the *parent* then fails with "epoll_wait error: Bad file descripto
 process exited before sending its port number"). Every child here execs at once, which is
 the case gRPC documents this setting for.
 
-`make test` runs the suite on several pytest-xdist workers (`--dist loadgroup`); the
-Spark tests and the Docker tests each stay on one worker (`xdist_group`), so one JVM
-serves every Spark module and one worker builds the compose images.
+`make test` runs the suite on several pytest-xdist workers with `--dist loadfile`: a
+test file's tests stay on one worker, as module-scoped fixtures assume (a broker shared
+by a module, a teardown check over what the module's tests did). (`--dist loadgroup`
+would also keep the Spark files on one JVM, but with pytest 9.2 it silently stops
+grouping: pytest-dev/pytest-xdist#1386.)
 """
 
 from __future__ import annotations
 
 import os
-from pathlib import Path
-
-import pytest
 
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
-
-#: Test directories whose tests share one xdist worker, by group name.
-_WORKER_GROUPS = {"spark": "spark", "docker": "docker"}
-_TESTS = Path(__file__).parent
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        parts = item.path.relative_to(_TESTS).parts if item.path.is_relative_to(_TESTS) else ()
-        group = _WORKER_GROUPS.get(parts[0]) if parts else None
-        if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))

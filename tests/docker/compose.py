@@ -8,11 +8,13 @@ debootstrap of Debian bookworm), unless MINIKAFKA_PYTHON_IMAGE names one already
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -93,6 +95,22 @@ def image_id(tag: str) -> str | None:
         return None
 
 
+#: Builds of the shared images (base, test, spark) and the host wheels take turns: two
+#: test workers (or two checkouts on one machine) building the same tags at once would
+#: race on the tag and on deploy/'s wheel directory.
+BUILD_LOCK = Path(tempfile.gettempdir()) / "minikafka-docker-build.lock"
+
+
+@contextlib.contextmanager
+def build_lock() -> Iterator[None]:
+    with BUILD_LOCK.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def base_image(timeout_s: float) -> str:
     """The Python base image, chosen like deploy/up.sh does.
 
@@ -103,6 +121,11 @@ def base_image(timeout_s: float) -> str:
     configured = os.environ.get("MINIKAFKA_PYTHON_IMAGE")
     if configured:
         return configured
+    with build_lock():
+        return _base_image(timeout_s)
+
+
+def _base_image(timeout_s: float) -> str:
     if image_id(DEFAULT_PYTHON_IMAGE) is not None or _succeeds(
         ["docker", "pull", "-q", DEFAULT_PYTHON_IMAGE], timeout_s=120
     ):
@@ -152,7 +175,11 @@ class ComposeProject:
     def build(self, python_image: str, timeout_s: float) -> None:
         """Host wheels, then the project image (and with the spark profile the spark image)
         through the compose file's build sections."""
-        deadline = time.monotonic() + timeout_s
+        with build_lock():
+            self._build(python_image, time.monotonic() + timeout_s)
+
+    def _build(self, python_image: str, deadline: float) -> None:
+        timeout_s = max(deadline - time.monotonic(), 1.0)
         spark = "spark" in self.profiles
         run(
             [str(DEPLOY / "build-wheels.sh"), *(["--spark"] if spark else [])],

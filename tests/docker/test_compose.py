@@ -272,7 +272,23 @@ def test_active_controller_kill_keeps_metadata_changes_working(project: ComposeP
             timeout=30,
         )
         assert created.topics[0].error_code == ErrorCode.NONE, created.topics[0].error_message
-        victim, epoch = view.leader(0, via=1)
+
+        def known_leader() -> tuple[int, int] | None:
+            # Metadata reaches the brokers asynchronously after a controller fail-over (they
+            # answer the successor NOT_CONTROLLER until they learn of it): a broker restarted
+            # just before the kill may not list the topic yet.
+            try:
+                leader, leader_epoch = view.leader(0, via=1)
+            except (grpc.RpcError, KeyError):
+                return None
+            return (leader, leader_epoch) if leader >= 0 else None
+
+        victim, epoch = wait_until(
+            known_leader,
+            timeout_s=FAILOVER_TIMEOUT_S,
+            interval_s=0.2,
+            what=f"broker 1 to name a leader of {TOPIC}-0",
+        )
         survivor = next(b for b in project.broker_ports if b != victim)
         project.kill(f"broker-{victim}")
 
