@@ -87,9 +87,10 @@ def test_canary_hole4_stale_fetch_answers(capsys: pytest.CaptureFixture[str]) ->
     """Hole 4 with its whole fix reverted (the fetcher applies an answer to the partition
     it asked for while that still follows, whatever its leader, epoch and fetch offset are
     now; the follower log appends an older epoch's batch and its epoch cache drops the
-    newer entries). Opt-in: NOT caught yet. With `HOLE4_BIAS`, seeds 0..199 applied a
-    stale answer (another leader epoch, same fetch offset) 4 times and none lost a write;
-    with a slow-link fault added to the nemesis (tried, not kept) 8 times, none lost one.
+    newer entries). Opt-in: NOT caught yet. With `HOLE4_BIAS`, seeds 0..499 applied a
+    stale answer (another leader epoch, same fetch offset) 10 times and none lost a write;
+    a slow-link fault added to the nemesis (tried, not kept) only doubled the rate (8 in
+    seeds 0..199), none lost one either.
     The loss needs a stale batch to land exactly at the follower's log end after it
     fetched newer-epoch batches ending there, then a truncation below the HW and the
     leader's failure before the follower's next fetch repairs it (the fault suite's R43
