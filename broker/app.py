@@ -462,6 +462,7 @@ class Broker:
                 backoff_ms=config.replica_fetch_backoff_ms,
                 broker_epoch=lambda: link.broker_epoch,
                 now_ms=self.clock.wall_ms,
+                unsafe_stale_answers=config.unsafe_test_apply_stale_fetch_answers,
             ),
             endpoint_of=lambda broker_id: metadata.brokers.get(broker_id),
             tasks=tasks,

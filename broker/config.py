@@ -111,6 +111,16 @@ class BrokerConfig(msgspec.Struct, frozen=True, kw_only=True):
     #: For the fault suite only: the machine's boot id as this broker sees it (a power
     #: loss the suite simulates is a reboot: a new boot id). None: the real one.
     unsafe_test_boot_id: str | None = None
+    #: DELIBERATELY UNSAFE, for the replication simulator's known-bug canaries only (no
+    #: option; never set in production): switch off the whole fix of hole 1 of the
+    #: replication-safety issue (KIP-903: follower progress without a broker epoch, kept
+    #: across ISR changes and restarts, expansion proposed on any follower's fetch; the
+    #: controller's side is `ControllerConfig.unsafe_test_isr_without_broker_epoch`) ...
+    unsafe_test_isr_without_broker_epoch: bool = False
+    #: ... or of hole 4 (a follower applies a fetch answer while it is still a follower,
+    #: whatever leader, leader epoch and fetch offset it now has, and its log appends a
+    #: batch of an older epoch than its epoch cache's latest, dropping newer entries).
+    unsafe_test_apply_stale_fetch_answers: bool = False
 
     def topic_limits(self) -> TopicLimits:
         return TopicLimits(

@@ -77,6 +77,10 @@ class ControllerConfig(msgspec.Struct, frozen=True, kw_only=True):
     max_partitions_per_broker: PositiveMs = MAX_PARTITIONS_PER_BROKER_DEFAULT
     min_segment_bytes: PositiveMs = MIN_SEGMENT_BYTES_DEFAULT
     min_segment_ms: PositiveMs = MIN_SEGMENT_MS_DEFAULT
+    #: DELIBERATELY UNSAFE, for the replication simulator's hole-1 canary only (no option;
+    #: never set in production): AlterPartition adds any unfenced replica, whatever broker
+    #: epoch (if any) the leader saw it fetch with, as before KIP-903's fix.
+    unsafe_test_isr_without_broker_epoch: bool = False
 
     def topic_limits(self) -> TopicLimits:
         return TopicLimits(

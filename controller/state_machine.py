@@ -88,6 +88,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     #: KIP-966 (on by default; off restores "last replica standing" as a negative control).
     eligible_leader_replicas: bool = True
     unclean_recovery_strategy: UncleanRecoveryStrategy = UncleanRecoveryStrategy.LONGEST_LOG
+    #: False only in the replication simulator's hole-1 canary (DELIBERATELY UNSAFE): the
+    #: AlterPartition check before KIP-903 (see `_members_eligible`).
+    kip903: bool = True
 
 
 class ElectionEvent(msgspec.Struct, frozen=True, kw_only=True):
@@ -751,11 +754,16 @@ def _members_eligible(
     new_isr: set[int],
     member_epochs: Mapping[int, int],
     eligible: frozenset[int],
+    *,
+    kip903: bool = True,
 ) -> bool:
     """KIP-841 / KIP-903: every member the change adds is unfenced, not shutting down, and
     fetched with its current broker epoch (an added member without an epoch is refused:
     the leader may be judging by a previous incarnation's progress); a member whose epoch
-    is given must give its current one."""
+    is given must give its current one. `kip903=False` (unsafe, the hole-1 canary only):
+    an added member need only be unfenced and not shutting down, as before the fix."""
+    if not kip903:
+        return all(member in current.isr or member in eligible for member in new_isr)
     for member in new_isr:
         epoch = member_epochs.get(member, -1)
         registered = state.brokers.get(member)
@@ -810,7 +818,9 @@ def alter_partition(
         ):
             fail(ErrorCode.INVALID_REQUEST)
             continue
-        if not _members_eligible(state, current, new_isr, item.member_epochs, eligible):
+        if not _members_eligible(
+            state, current, new_isr, item.member_epochs, eligible, kip903=settings.kip903
+        ):
             fail(ErrorCode.INELIGIBLE_REPLICA)
             continue
         new = changes.apply(

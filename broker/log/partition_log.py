@@ -425,14 +425,18 @@ class PartitionLog:
                 size_bytes=len(stamped),
             )
 
-    def append_as_follower(self, records: bytes, *, now_ms: int) -> AppendInfo:
+    def append_as_follower(
+        self, records: bytes, *, now_ms: int, refuse_older_epoch: bool = True
+    ) -> AppendInfo:
         """Append the leader's batches as they are (offsets and epochs already stamped).
 
         The first base offset must equal the LEO and batches must be contiguous
         (`InconsistentOffsetError` otherwise), and no batch may carry an older leader
         epoch than the latest one in the epoch cache or the batch before it
         (`InconsistentEpochError`: the answer is stale, and accepting it would drop
-        newer epoch entries); nothing is written on any error.
+        newer epoch entries); nothing is written on any error. `refuse_older_epoch=False`
+        (DELIBERATELY UNSAFE, the simulator's hole-4 canary only) accepts such a batch and
+        lets the epoch cache drop the newer entries, as before the fix.
         """
         headers = validate_record_set(records)
         with self._lock:
@@ -449,7 +453,7 @@ class PartitionLog:
                         f"{base_offset}, expected {expected} (log end "
                         f"{self.log_end_offset})"
                     )
-                if 0 <= batch_epoch < epoch:
+                if refuse_older_epoch and 0 <= batch_epoch < epoch:
                     raise InconsistentEpochError(
                         f"{self.name}: follower append has a batch of leader epoch "
                         f"{batch_epoch} at offset {base_offset} after epoch "

@@ -54,6 +54,7 @@ class FetcherSettings:
         backoff_ms: int,
         broker_epoch: Callable[[], int],
         now_ms: Callable[[], int],
+        unsafe_stale_answers: bool = False,
     ) -> None:
         self.broker_id = broker_id
         self.max_wait_ms = max_wait_ms
@@ -62,6 +63,10 @@ class FetcherSettings:
         self.backoff_ms = backoff_ms
         self.broker_epoch = broker_epoch
         self.now_ms = now_ms
+        #: DELIBERATELY UNSAFE (`BrokerConfig.unsafe_test_apply_stale_fetch_answers`, the
+        #: simulator's hole-4 canary only): an answer is applied to the partition it was
+        #: asked for while that is still a follower, as before the fix.
+        self.unsafe_stale_answers = unsafe_stale_answers
 
 
 def position_of(partition: Partition) -> FetchPosition | None:
@@ -130,13 +135,16 @@ class ReplicaFetcher:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wakeup.wait(), backoff_s)
                 continue
+            stale_ok = self._settings.unsafe_stale_answers
             for result in results:
                 key = (result.topic, result.partition)
-                partition = self.partitions.get(key)
+                partition = (ready if stale_ok else self.partitions).get(key)
                 position = sent.get(key)
                 if partition is None or position is None:
                     continue
-                if not response_applies(position, position_of(partition)):
+                if not response_applies(
+                    position, position_of(partition), same_position=not stale_ok
+                ):
                     # A LeaderAndIsr (or a truncation) came while the fetch was in flight:
                     # this answer describes another position of the log. Fetch again.
                     logger.debug(

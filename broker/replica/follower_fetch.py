@@ -27,9 +27,15 @@ class FetchPosition(msgspec.Struct, frozen=True, kw_only=True):
     fetch_offset: int
 
 
-def response_applies(sent: FetchPosition, current: FetchPosition | None) -> bool:
+def response_applies(
+    sent: FetchPosition, current: FetchPosition | None, *, same_position: bool = True
+) -> bool:
     """Whether an answer to a request built at `sent` may be applied now.
 
     `current` is the partition's position now, None when it is no longer a follower.
+    `same_position=False` (DELIBERATELY UNSAFE, the simulator's hole-4 canary only): the
+    rule before the fix, any answer applies while the partition is a follower.
     """
+    if not same_position:
+        return current is not None
     return current is not None and current == sent

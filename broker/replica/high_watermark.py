@@ -68,6 +68,7 @@ def advance_high_watermark(
     now_ms: int,
     replica_lag_time_max_ms: int,
     eligible_epochs: Mapping[int, int],
+    kip903: bool = True,
 ) -> LeaderState:
     """`state` with its HW recomputed (the same object if unchanged).
 
@@ -75,7 +76,8 @@ def advance_high_watermark(
     (Kafka's "shouldWaitForReplicaToJoinIsr"; `eligible_epochs` as in
     `isr.is_isr_eligible`), so the HW does not run away from a follower that is about to
     be added. Call after every leader append (LEO change),
-    every recorded follower fetch, and every ISR change.
+    every recorded follower fetch, and every ISR change. `kip903=False`: the unsafe
+    pre-fix eligibility (the hole-1 canary only, see `isr.is_isr_eligible`).
     """
     joining = caught_up_candidates(
         state,
@@ -83,6 +85,7 @@ def advance_high_watermark(
         now_ms=now_ms,
         replica_lag_time_max_ms=replica_lag_time_max_ms,
         eligible_epochs=eligible_epochs,
+        kip903=kip903,
     )
     new_hw = compute_high_watermark(
         leader_id=state.leader_id,

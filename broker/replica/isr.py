@@ -147,6 +147,7 @@ def record_follower_fetch(
     leader_leo: int,
     now_ms: int,
     broker_epoch: int = UNKNOWN,
+    kip903: bool = True,
 ) -> LeaderState:
     """The leader's state after a replica fetch from `broker_id` (incarnation
     `broker_epoch`) at `fetch_offset`.
@@ -161,6 +162,9 @@ def record_follower_fetch(
     the progress afresh (the broker may have come back with a shorter log); a fetch
     from an older incarnation (a delayed request of a process that is gone) changes
     nothing. Progress without an epoch (after a leader change) adopts the fetch's.
+
+    `kip903=False` (DELIBERATELY UNSAFE, the simulator's hole-1 canary only): the rule
+    before the fix, progress without a broker epoch, whatever incarnation fetched.
     """
     progress = state.follower(broker_id)
     if progress is None:
@@ -168,7 +172,9 @@ def record_follower_fetch(
             f"broker {broker_id} is not a follower of {state.topic}-{state.partition} "
             f"(replicas {list(state.replicas)}, leader {state.leader_id})"
         )
-    if UNKNOWN not in (progress.broker_epoch, broker_epoch):
+    if not kip903:
+        broker_epoch = UNKNOWN
+    elif UNKNOWN not in (progress.broker_epoch, broker_epoch):
         if broker_epoch < progress.broker_epoch:
             return state
         if broker_epoch > progress.broker_epoch:
@@ -239,16 +245,25 @@ def is_follower_in_sync(state: LeaderState, progress: FollowerProgress) -> bool:
     )
 
 
-def is_isr_eligible(progress: FollowerProgress, eligible_epochs: Mapping[int, int]) -> bool:
+def is_isr_eligible(
+    progress: FollowerProgress, eligible_epochs: Mapping[int, int], *, kip903: bool = True
+) -> bool:
     """Kafka `isReplicaIsrEligible` (KIP-841, KIP-903): the metadata shows the broker live,
     unfenced and not shutting down (`eligible_epochs` holds exactly those, with their
-    current broker epochs), and the progress comes from that current incarnation."""
+    current broker epochs), and the progress comes from that current incarnation.
+    `kip903=False` (unsafe, the hole-1 canary only): every replica, as before the fix."""
+    if not kip903:
+        return True
     current = eligible_epochs.get(progress.broker_id)
     return current is not None and progress.broker_epoch == current
 
 
 def replica_to_expand(
-    state: LeaderState, *, broker_id: int, eligible_epochs: Mapping[int, int]
+    state: LeaderState,
+    *,
+    broker_id: int,
+    eligible_epochs: Mapping[int, int],
+    kip903: bool = True,
 ) -> int | None:
     """`broker_id` if the fetch just recorded from it lets it join the ISR, else None.
 
@@ -256,7 +271,12 @@ def replica_to_expand(
     (another follower's fetch must never re-add a broker on stale progress); nothing in
     flight, not in the committed ISR, ISR-eligible by `is_isr_eligible`, and in sync by
     `is_follower_in_sync`.
+
+    `kip903=False` (DELIBERATELY UNSAFE, the hole-1 canary only): the rule before the
+    fix, any follower's fetch proposes the first in-sync replica outside the ISR.
     """
+    if not kip903:
+        return _any_replica_to_expand(state)
     if state.isr_state.is_inflight or broker_id == state.leader_id or broker_id in state.isr:
         return None
     progress = state.follower(broker_id)
@@ -269,6 +289,16 @@ def replica_to_expand(
     return None
 
 
+def _any_replica_to_expand(state: LeaderState) -> int | None:
+    """The expansion rule before KIP-903 (unsafe; the hole-1 canary only)."""
+    if state.isr_state.is_inflight:
+        return None
+    for progress in state.followers:
+        if progress.broker_id not in state.isr and is_follower_in_sync(state, progress):
+            return progress.broker_id
+    return None
+
+
 def caught_up_candidates(
     state: LeaderState,
     *,
@@ -276,6 +306,7 @@ def caught_up_candidates(
     now_ms: int,
     replica_lag_time_max_ms: int,
     eligible_epochs: Mapping[int, int],
+    kip903: bool = True,
 ) -> frozenset[int]:
     """Followers outside the maximal ISR that are caught up and eligible to join.
 
@@ -287,7 +318,7 @@ def caught_up_candidates(
         p.broker_id
         for p in state.followers
         if p.broker_id not in state.maximal_isr
-        and is_isr_eligible(p, eligible_epochs)
+        and is_isr_eligible(p, eligible_epochs, kip903=kip903)
         and is_caught_up(
             p, leader_leo=leader_leo, now_ms=now_ms, replica_lag_time_max_ms=replica_lag_time_max_ms
         )
@@ -430,7 +461,11 @@ _STALE_VIEW = frozenset(
 
 
 def apply_alter_partition_result(
-    state: LeaderState, sent: AlterPartitionItem, result: AlterPartitionResult
+    state: LeaderState,
+    sent: AlterPartitionItem,
+    result: AlterPartitionResult,
+    *,
+    kip903: bool = True,
 ) -> tuple[LeaderState, AlterPartitionOutcome]:
     """Apply the controller's answer to the AlterPartition item `sent` (Kafka's rules).
 
@@ -452,6 +487,9 @@ def apply_alter_partition_result(
     Why never revert on an unknown outcome: if an expand was in fact committed, the
     added replica is in the true ISR and may be elected; reverting would let the HW
     pass its LEO, exposing records a future leader lacks.
+
+    `kip903=False` (unsafe, the hole-1 canary only): members that left keep their
+    progress, as before the fix.
     """
     if pending_alter_partition(state) != sent:
         return state, AlterPartitionOutcome.STALE_RESPONSE
@@ -467,7 +505,8 @@ def apply_alter_partition_result(
             isr_state=CommittedIsr(isr=frozenset(result.isr)),
             partition_epoch=result.partition_epoch,
         )
-        return forget_followers(committed, state.isr - result.isr), AlterPartitionOutcome.COMMITTED
+        left = state.isr - result.isr if kip903 else frozenset()
+        return forget_followers(committed, left), AlterPartitionOutcome.COMMITTED
     if code in _DEFINITELY_NOT_APPLIED:
         reverted = msgspec.structs.replace(state, isr_state=CommittedIsr(isr=state.isr))
         return reverted, AlterPartitionOutcome.REVERTED

@@ -168,6 +168,8 @@ class ReplicaManager:
             quarantine=self.quarantine,
             isr_eligible_epochs=self._isr_eligible_epochs,
             unsafe_hw_is_leo=self._config.unsafe_test_hw_is_leo,
+            unsafe_isr_without_broker_epoch=self._config.unsafe_test_isr_without_broker_epoch,
+            unsafe_stale_fetch_answers=self._config.unsafe_test_apply_stale_fetch_answers,
         )
         self.partitions[key] = created
         return created

@@ -177,9 +177,16 @@ class Partition:
         quarantine: Quarantine,
         isr_eligible_epochs: Mapping[int, int] | None = None,
         unsafe_hw_is_leo: bool = False,
+        unsafe_isr_without_broker_epoch: bool = False,
+        unsafe_stale_fetch_answers: bool = False,
     ) -> None:
         self.topic = topic
         self._unsafe_hw_is_leo = unsafe_hw_is_leo
+        #: DELIBERATELY UNSAFE, the simulator's canaries only: the rules before the fixes
+        #: of holes 1 (KIP-903, `isr` functions' `kip903`) and 4 (the follower log takes
+        #: a batch of an older epoch than its epoch cache's latest).
+        self._kip903 = not unsafe_isr_without_broker_epoch
+        self._refuse_older_epoch = not unsafe_stale_fetch_answers
         self.partition = partition
         self.log = log
         self.local_broker_id = local_broker_id
@@ -420,7 +427,7 @@ class Partition:
             case UpdateIsr():
                 current = self.state
                 if isinstance(current, LeaderState):
-                    self.state = apply_leader_isr_update(current, update)
+                    self.state = apply_leader_isr_update(current, update, kip903=self._kip903)
                     self._advance_high_watermark()
                 else:
                     self.state = new_follower_state(update)
@@ -576,6 +583,7 @@ class Partition:
             now_ms=self._clock.monotonic_ms(),
             replica_lag_time_max_ms=self._lag_ms,
             eligible_epochs=self.isr_eligible_epochs,
+            kip903=self._kip903,
         )
         self.state = advanced
         if advanced.high_watermark > self.log.high_watermark:
@@ -600,6 +608,7 @@ class Partition:
                 leader_leo=self.log.log_end_offset,
                 now_ms=self._clock.monotonic_ms(),
                 broker_epoch=broker_epoch,
+                kip903=self._kip903,
             )
         except NotAFollowerError:
             return None
@@ -615,7 +624,10 @@ class Partition:
         if not isinstance(state, LeaderState):
             return None
         joining = replica_to_expand(
-            state, broker_id=fetched_by, eligible_epochs=self.isr_eligible_epochs
+            state,
+            broker_id=fetched_by,
+            eligible_epochs=self.isr_eligible_epochs,
+            kip903=self._kip903,
         )
         if joining is None:
             return None
@@ -658,7 +670,7 @@ class Partition:
         state = self.state
         if not isinstance(state, LeaderState):
             return AlterPartitionOutcome.STALE_RESPONSE
-        self.state, outcome = apply_alter_partition_result(state, sent, result)
+        self.state, outcome = apply_alter_partition_result(state, sent, result, kip903=self._kip903)
         if outcome is AlterPartitionOutcome.COMMITTED:
             state_change_logger.info(
                 "%sISR change committed: isr %s, partition epoch %s",
@@ -741,7 +753,9 @@ class Partition:
         if records:
             end_before = self.log.log_end_offset
             try:
-                self.log.append_as_follower(records, now_ms=now_ms)
+                self.log.append_as_follower(
+                    records, now_ms=now_ms, refuse_older_epoch=self._refuse_older_epoch
+                )
                 if self.settings.fsync:
                     # The leader counts this offset once our next fetch asks past it.
                     self.log.flush()

@@ -175,13 +175,16 @@ def new_leader_state(
     )
 
 
-def apply_leader_isr_update(state: LeaderState, update: LeaderAndIsrPartition) -> LeaderState:
+def apply_leader_isr_update(
+    state: LeaderState, update: LeaderAndIsrPartition, *, kip903: bool = True
+) -> LeaderState:
     """The leader's state after `UpdateIsr`: the controller's ISR and assignment win.
 
     Any change in flight is replaced by the committed state (Kafka does the same: the
     controller's word is newer than our proposal). Followers keep their progress, except
     those that left the ISR (forgotten, KIP-903); newly assigned ones start unknown,
-    unassigned ones are dropped. The caller recomputes the HW.
+    unassigned ones are dropped. The caller recomputes the HW. `kip903=False`
+    (DELIBERATELY UNSAFE, the hole-1 canary only): those that left keep it, as before.
     Raises `ValueError` if `update` is for another leader or leader epoch.
     """
     if update.leader != state.leader_id or update.leader_epoch != state.leader_epoch:
@@ -189,7 +192,7 @@ def apply_leader_isr_update(state: LeaderState, update: LeaderAndIsrPartition) -
             f"ISR update for leader {update.leader} epoch {update.leader_epoch} applied to "
             f"leader {state.leader_id} epoch {state.leader_epoch}"
         )
-    left_isr = state.isr - update.isr
+    left_isr = state.isr - update.isr if kip903 else frozenset()
 
     def kept(broker_id: int) -> FollowerProgress:
         known = state.follower(broker_id)

@@ -76,7 +76,10 @@ class _Process:
         self.name = name
         self._alive = False
         self._powered_off = False
-        self._tasks: set[asyncio.Task[Any]] = set()
+        #: Insertion-ordered (a dict, not a set: a set of tasks iterates in memory-address
+        #: order, so a crash would cancel them in an order that depends on what ran
+        #: before in the process, and a seed would not replay alone as it ran in a batch).
+        self._tasks: dict[asyncio.Task[Any], None] = {}
         self._resumed = asyncio.Event()
         self._resumed.set()
         self._servicers: dict[str, object] = {}
@@ -98,8 +101,8 @@ class _Process:
 
     def spawn(self, work: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
         task = asyncio.get_running_loop().create_task(work, name=f"{self.name}:{name}")
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._tasks[task] = None
+        task.add_done_callback(self._forget_task)
         return task
 
     async def wait_unpaused(self) -> None:
@@ -110,6 +113,9 @@ class _Process:
 
     def resume(self) -> None:
         self._resumed.set()
+
+    def _forget_task(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.pop(task, None)
 
     async def _kill_tasks(self) -> None:
         tasks = list(self._tasks)

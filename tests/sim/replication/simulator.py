@@ -44,7 +44,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 
@@ -146,6 +146,44 @@ def _seeded_uuids(rng: random.Random) -> Iterator[None]:
         uuid.uuid4 = original
 
 
+class _OrderedTasks:
+    """A set of tasks that iterates in insertion order (what `TaskGroup._tasks` needs)."""
+
+    def __init__(self) -> None:
+        self._tasks: dict[asyncio.Task[Any], None] = {}
+
+    def add(self, task: asyncio.Task[Any]) -> None:
+        self._tasks[task] = None
+
+    def discard(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.pop(task, None)
+
+    def __iter__(self) -> Iterator[asyncio.Task[Any]]:
+        return iter(list(self._tasks))
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+
+@contextmanager
+def _ordered_task_groups() -> Iterator[None]:
+    """`asyncio.TaskGroup` cancels its children (a crashed broker's fetchers, reporter,
+    housekeeping) by iterating a set of tasks, that is in memory-address order, which
+    depends on what the process ran before: the same seed then ran differently alone and
+    in a batch. During a run its children are kept in insertion order instead."""
+    original = asyncio.TaskGroup.__init__
+
+    def ordered_init(group: asyncio.TaskGroup) -> None:
+        original(group)
+        group._tasks = cast("set[asyncio.Task[Any]]", _OrderedTasks())
+
+    asyncio.TaskGroup.__init__ = ordered_init  # type: ignore[method-assign,assignment]
+    try:
+        yield
+    finally:
+        asyncio.TaskGroup.__init__ = original  # type: ignore[method-assign]
+
+
 @contextmanager
 def _quiet_logging() -> Iterator[None]:
     """The processes' logs off (they cost time), unless MINIKAFKA_SIM_LOG is set."""
@@ -167,10 +205,13 @@ class Simulation:
         *,
         broker_settings: dict[str, Any] | None = None,
         params: SimParams | None = None,
+        controller_settings: dict[str, Any] | None = None,
     ) -> None:
         self.seed = seed
         self.params = params or params_for(seed)
         self.broker_settings = broker_settings or {}
+        #: Extra `ControllerConfig` fields (a canary's `unsafe_test_...` switch).
+        self.controller_settings = controller_settings or {}
         self.rng = random.Random(seed)
         self.schedule: list[str] = []
         self.ops: list[Op] = []
@@ -197,6 +238,7 @@ class Simulation:
             tempfile.TemporaryDirectory(prefix="minikafka-sim-", dir=_scratch()) as root,
             _seeded_uuids(self.rng),
             _quiet_logging(),
+            _ordered_task_groups(),
         ):
             try:
                 main = loop.create_task(self._main(Path(root)))
@@ -256,6 +298,7 @@ class Simulation:
                 default_replication_factor=REPLICATION_FACTOR,
                 min_insync_replicas=MIN_INSYNC,
                 auto_leader_rebalance_enable=False,
+                **self.controller_settings,
             ),
             random.Random(self.rng.getrandbits(64)),
         )
