@@ -13,7 +13,8 @@ A run:
    have a leader.
 2. Chaos (`chaos_ms`): producers send unique integers (acks=all and acks=1) to the leader
    their metadata names, consumers poll each partition from the leader (assign()-style,
-   from offset 0 upwards), and the nemesis crashes brokers (a process crash, or a power
+   from offset 0 upwards), an offsets client per partition asks its leader
+   ListOffsets(LATEST), and the nemesis crashes brokers (a process crash, or a power
    loss: a new boot id, and the records no fsync covered are lost), restarts them,
    wipes a data directory (once per run at most),
    pauses a broker (its messages leave late), cuts links (one-way too), and asks the
@@ -25,7 +26,8 @@ A run:
 
 `tests.chaos.checker.check` then judges the history (lost or duplicated acknowledged
 writes, reads of unknown or failed values, non-monotonic or skipping reads, reads above
-the HW). A run that broke anything raises `Violation` with the seed, the parameters, the
+the HW, latest offsets that went backwards for a client). A run that broke anything
+raises `Violation` with the seed, the parameters, the
 fault schedule and the checker's report.
 
 The fault-suite canary switch (`BrokerConfig.unsafe_test_hw_is_leo`) is passed through
@@ -112,6 +114,7 @@ class RunStats(msgspec.Struct, frozen=True, kw_only=True):
     messages: int
     acknowledged: int
     read: int
+    latest_offsets: int
     faults: int
     crashes: int
 
@@ -296,6 +299,9 @@ class Simulation:
         consumers = [
             asyncio.ensure_future(workload.consumer(topic, partition, stop))
             for topic, partition in self.partition_keys
+        ] + [
+            asyncio.ensure_future(workload.latest_offsets(topic, partition, stop))
+            for topic, partition in self.partition_keys
         ]
         nemesis = asyncio.ensure_future(self.nemesis.run())
         await asyncio.sleep(params.chaos_ms / 1000)
@@ -324,6 +330,7 @@ class Simulation:
             messages=network.messages,
             acknowledged=workload.acknowledged,
             read=workload.read,
+            latest_offsets=workload.latest_answered,
             faults=self.nemesis.faults,
             crashes=self.nemesis.crashes,
         )
