@@ -30,8 +30,9 @@ the HW, latest offsets that went backwards for a client). A run that broke anyth
 raises `Violation` with the seed, the parameters, the
 fault schedule and the checker's report.
 
-The fault-suite canary switch (`BrokerConfig.unsafe_test_hw_is_leo`) is passed through
-`broker_settings`, so the same runs prove the checker sees an unsafe high watermark.
+The canary switches (`BrokerConfig.unsafe_test_*`, `ControllerConfig.unsafe_test_*`) are
+passed through `broker_settings` and `controller_settings`, so the same runs prove the
+checker sees an unsafe high watermark or a safety fix switched off.
 """
 
 from __future__ import annotations
@@ -87,6 +88,14 @@ class SimParams(msgspec.Struct, frozen=True, kw_only=True):
     acks_all_share: float
     wipes: bool
     unclean_elections: bool
+    #: Data directories wiped per run at most (when `wipes`); not drawn by `params_for`:
+    #: a canary raises it to bias its runs towards wipes (the schedule stays random).
+    max_wipes: int = 1
+    #: Extra slots among the nemesis's equally likely actions (not drawn by `params_for`:
+    #: a canary adds some to make an action more frequent, e.g. ("wipe", "preferred")).
+    extra_actions: tuple[str, ...] = ()
+    #: A crashed broker restarts 50..this many ms later (the session timeout is 1500).
+    restart_max_ms: int = 1500
 
 
 def params_for(seed: int) -> SimParams:
@@ -169,11 +178,13 @@ class Simulation:
         seed: int,
         *,
         broker_settings: dict[str, Any] | None = None,
+        controller_settings: dict[str, Any] | None = None,
         params: SimParams | None = None,
     ) -> None:
         self.seed = seed
         self.params = params or params_for(seed)
         self.broker_settings = broker_settings or {}
+        self.controller_settings = controller_settings or {}
         self.rng = random.Random(seed)
         self.schedule: list[str] = []
         self.ops: list[Op] = []
@@ -259,6 +270,7 @@ class Simulation:
                 default_replication_factor=REPLICATION_FACTOR,
                 min_insync_replicas=MIN_INSYNC,
                 auto_leader_rebalance_enable=False,
+                **self.controller_settings,
             ),
             random.Random(self.rng.getrandbits(64)),
         )
