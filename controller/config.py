@@ -77,6 +77,12 @@ class ControllerConfig(msgspec.Struct, frozen=True, kw_only=True):
     max_partitions_per_broker: PositiveMs = MAX_PARTITIONS_PER_BROKER_DEFAULT
     min_segment_bytes: PositiveMs = MIN_SEGMENT_BYTES_DEFAULT
     min_segment_ms: PositiveMs = MIN_SEGMENT_MS_DEFAULT
+    #: DELIBERATELY UNSAFE, for the simulator's known-bug canaries only (tests/sim): hole
+    #: 5 of the replication-safety issue reverted. A broker that comes back with a new
+    #: data directory (wiped or replaced: a new `meta.properties` directory id) counts as
+    #: a clean shutdown, as an empty directory did before the fix, instead of having lost
+    #: every replica it held. Never set outside tests; not on the command line.
+    unsafe_test_wiped_directory_is_clean: bool = False
 
     def topic_limits(self) -> TopicLimits:
         return TopicLimits(

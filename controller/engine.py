@@ -97,6 +97,7 @@ def settings_from(config: ControllerConfig) -> Settings:
         limits=config.topic_limits(),
         eligible_leader_replicas=config.eligible_leader_replicas,
         unclean_recovery_strategy=UncleanRecoveryStrategy(config.unclean_recovery_strategy),
+        unsafe_wiped_directory_is_clean=config.unsafe_test_wiped_directory_is_clean,
     )
 
 
