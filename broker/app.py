@@ -170,7 +170,8 @@ class Broker:
         metadata shows is served (the metadata is behind), but that incarnation is
         ISR-eligible only once the metadata shows it (`isr.is_isr_eligible`)."""
         link = self.link
-        if link is not None and link.broker_epoch < 0:
+        unsafe = self.config.unsafe_test_control_before_registration  # test-only: hole 2
+        if link is not None and link.broker_epoch < 0 and not unsafe:
             return (
                 ErrorCode.NOT_LEADER_OR_FOLLOWER,
                 f"broker {self.config.broker_id} has not registered with the controller yet",
@@ -480,6 +481,7 @@ class Broker:
             broker_epoch=lambda: link.broker_epoch,
             session_controller_epoch=lambda: link.controller_epoch,
             on_change=on_change,
+            unsafe_before_registration=config.unsafe_test_control_before_registration,
         )
         reporter = IsrReporter(
             replicas=replicas,

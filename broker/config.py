@@ -121,6 +121,16 @@ class BrokerConfig(msgspec.Struct, frozen=True, kw_only=True):
     #: whatever leader, leader epoch and fetch offset it now has, and its log appends a
     #: batch of an older epoch than its epoch cache's latest, dropping newer entries).
     unsafe_test_apply_stale_fetch_answers: bool = False
+    # DELIBERATELY UNSAFE, for the simulator's known-bug canaries only (tests/sim): each
+    # switches one fix of the replication-safety issue off, so the tests can prove the
+    # simulation finds the hole. Never set outside tests; not on the command line.
+    #: Hole 2 reverted: control requests are applied before this broker has registered,
+    #: with any broker epoch then (and -1 always), and replica fetches are served before
+    #: it has registered.
+    unsafe_test_control_before_registration: bool = False
+    #: Hole 6 reverted (KIP-207): a new leader answers ListOffsets with its lagging HW
+    #: instead of OFFSET_NOT_AVAILABLE.
+    unsafe_test_latest_offset_before_epoch_start: bool = False
 
     def topic_limits(self) -> TopicLimits:
         return TopicLimits(

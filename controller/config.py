@@ -81,6 +81,12 @@ class ControllerConfig(msgspec.Struct, frozen=True, kw_only=True):
     #: never set in production): AlterPartition adds any unfenced replica, whatever broker
     #: epoch (if any) the leader saw it fetch with, as before KIP-903's fix.
     unsafe_test_isr_without_broker_epoch: bool = False
+    #: DELIBERATELY UNSAFE, for the simulator's known-bug canaries only (tests/sim): hole
+    #: 5 of the replication-safety issue reverted. A broker that comes back with a new
+    #: data directory (wiped or replaced: a new `meta.properties` directory id) counts as
+    #: a clean shutdown, as an empty directory did before the fix, instead of having lost
+    #: every replica it held. Never set outside tests; not on the command line.
+    unsafe_test_wiped_directory_is_clean: bool = False
 
     def topic_limits(self) -> TopicLimits:
         return TopicLimits(

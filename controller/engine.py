@@ -98,6 +98,7 @@ def settings_from(config: ControllerConfig) -> Settings:
         eligible_leader_replicas=config.eligible_leader_replicas,
         unclean_recovery_strategy=UncleanRecoveryStrategy(config.unclean_recovery_strategy),
         kip903=not config.unsafe_test_isr_without_broker_epoch,
+        unsafe_wiped_directory_is_clean=config.unsafe_test_wiped_directory_is_clean,
     )
 
 

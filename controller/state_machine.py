@@ -91,6 +91,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     #: False only in the replication simulator's hole-1 canary (DELIBERATELY UNSAFE): the
     #: AlterPartition check before KIP-903 (see `_members_eligible`).
     kip903: bool = True
+    #: Test-only (the simulator's hole-5 canary): a new data directory counts as clean.
+    unsafe_wiped_directory_is_clean: bool = False
 
 
 class ElectionEvent(msgspec.Struct, frozen=True, kw_only=True):
@@ -461,7 +463,11 @@ class RestartLoss(enum.Enum):
 
 
 def restart_loss(
-    existing: BrokerRegistration | None, *, previous_broker_epoch: int, directory_id: str
+    existing: BrokerRegistration | None,
+    *,
+    previous_broker_epoch: int,
+    directory_id: str,
+    unsafe_wiped_directory_is_clean: bool = False,
 ) -> tuple[RestartLoss, str]:
     """What a registering broker may have lost, and why (KIP-966's clean-shutdown proof,
     plus the data directory's identity).
@@ -474,10 +480,15 @@ def restart_loss(
     (older) registration, anything written since may be, fsynced or not (`STALE`: a
     restored copy; a crash between a registration and its record also presents one, which
     costs availability only); with another data directory, everything is.
+
+    `unsafe_wiped_directory_is_clean` (test-only, the simulator's canary) selects the rule
+    before the fix: another (new, empty) data directory has lost nothing.
     """
     if existing is None:
         return RestartLoss.NONE, ""
     if existing.directory_id and directory_id != existing.directory_id:
+        if unsafe_wiped_directory_is_clean:
+            return RestartLoss.NONE, ""
         return RestartLoss.EVERYTHING, (
             f"came back with data directory {directory_id or '(none)'} instead of "
             f"{existing.directory_id} (a wiped or replaced disk)"
@@ -593,7 +604,10 @@ def register_broker(
         directory_id=directory_id,
     )
     loss, why = restart_loss(
-        existing, previous_broker_epoch=previous_broker_epoch, directory_id=directory_id
+        existing,
+        previous_broker_epoch=previous_broker_epoch,
+        directory_id=directory_id,
+        unsafe_wiped_directory_is_clean=settings.unsafe_wiped_directory_is_clean,
     )
     if loss is RestartLoss.NONE:
         # After a clean stop the log is whole: it stays in the ISRs it is still part of and

@@ -483,7 +483,10 @@ class ReplicaManager:
                 if fenced is not None:
                     raise MiniKafkaError(f"leader epoch is {partition.leader_epoch}", code=fenced)
                 log = partition.log
-                if item.timestamp_ms != EARLIEST_TIMESTAMP:
+                if (
+                    item.timestamp_ms != EARLIEST_TIMESTAMP
+                    and not self._config.unsafe_test_latest_offset_before_epoch_start
+                ):
                     partition.check_latest_offset_available()
                 if item.timestamp_ms == EARLIEST_TIMESTAMP:
                     offset, timestamp = log.log_start_offset, -1

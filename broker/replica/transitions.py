@@ -255,6 +255,7 @@ def check_control_request(
     current_broker_epoch: int,
     seen_controller_epoch: int,
     session_controller_epoch: int,
+    unsafe_before_registration: bool = False,
 ) -> ErrorCode | None:
     """Whether a LeaderAndIsr / StopReplica / UpdateMetadata may be applied (None) or why not.
 
@@ -268,8 +269,18 @@ def check_control_request(
       to has that epoch; the sender retries, and the real controller's next heartbeat reply
       announces a new epoch. (A made-up high epoch would otherwise fence the real
       controller out for good.)
+
+    `unsafe_before_registration` (test-only, the simulator's hole-2 canary) selects the
+    rule before the fix: until registered, anything from a controller epoch not older
+    than applied is applied (no session has announced an epoch yet); once registered, a
+    request naming another incarnation is refused, one naming none (-1) applied.
     """
-    if current_broker_epoch < 0 or broker_epoch != current_broker_epoch:
+    if unsafe_before_registration:
+        if current_broker_epoch < 0:
+            return check_controller_epoch(controller_epoch, seen_controller_epoch)
+        if broker_epoch >= 0 and broker_epoch != current_broker_epoch:
+            return ErrorCode.STALE_BROKER_EPOCH
+    elif current_broker_epoch < 0 or broker_epoch != current_broker_epoch:
         return ErrorCode.STALE_BROKER_EPOCH
     stale = check_controller_epoch(controller_epoch, seen_controller_epoch)
     if stale is not None:

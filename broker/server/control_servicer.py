@@ -79,8 +79,11 @@ class ControlServicer(broker_pb2_grpc.BrokerControlServiceServicer):
         broker_epoch: Callable[[], int],
         session_controller_epoch: Callable[[], int],
         on_change: Callable[[], None],
+        unsafe_before_registration: bool = False,
     ) -> None:
         self._replicas = replicas
+        #: Test-only (BrokerConfig.unsafe_test_control_before_registration): hole 2 reverted.
+        self._unsafe_before_registration = unsafe_before_registration
         self._metadata = metadata
         self._broker_epoch = broker_epoch
         self._session_controller_epoch = session_controller_epoch
@@ -93,6 +96,7 @@ class ControlServicer(broker_pb2_grpc.BrokerControlServiceServicer):
             current_broker_epoch=self._broker_epoch(),
             seen_controller_epoch=self._metadata.controller_epoch,
             session_controller_epoch=self._session_controller_epoch(),
+            unsafe_before_registration=self._unsafe_before_registration,
         )
         if refused is not None:
             logger.info(

@@ -4,10 +4,11 @@
 polls, duplicates, inconsistent offsets (two values at one offset), values read that
 were never sent (`unexpected`) or whose send definitely failed (`G1a`), reads above the
 high watermark, poll skips and non-monotonic polls (across and inside ops) and
-non-monotonic sends. Writes acknowledged with acks=0/1 that went missing land in the
-informational `expected-loss` bucket; a scenario whose fault may legitimately lose data
-(an unclean election) names the anomaly types it expects, and they are reported but do
-not make the history invalid.
+non-monotonic sends, and latest offsets (ListOffsets LATEST answers, `end-offset` ops)
+that went backwards for one client (KIP-207). Writes acknowledged with acks=0/1 that
+went missing land in the informational `expected-loss` bucket; a scenario whose fault
+may legitimately lose data (an unclean election) names the anomaly types it expects, and
+they are reported but do not make the history invalid.
 
 `check_receipts(ops, discarded)` cross-checks the acknowledged writes reported lost
 against the records the brokers' loss receipts say they discarded (`tests/chaos/receipts.py`
@@ -44,6 +45,7 @@ ANOMALY_TYPES = (
     "int-poll-skip",
     "int-nonmonotonic-poll",
     "nonmonotonic-send",
+    "latest-offset-backwards",
     "expected-loss",
 )
 ALWAYS_ALLOWED = frozenset({"expected-loss"})
@@ -59,8 +61,11 @@ UNCLEAN_EXPECTED = frozenset(
         "nonmonotonic-poll",
         "nonmonotonic-send",
         "duplicate",
+        "latest-offset-backwards",
     }
 )
+#: The op of one ListOffsets(LATEST) answer: value [key, offset] when ok.
+LATEST_OFFSET_OP = "end-offset"
 
 
 class Order(msgspec.Struct, kw_only=True):
@@ -425,6 +430,35 @@ def nonmonotonic_sends(ops: Sequence[Op]) -> list[dict[str, Any]]:
     return out
 
 
+def latest_offset_regressions(ops: Sequence[Op]) -> list[dict[str, Any]]:
+    """Per process and key, the latest offsets (`end-offset` answers, in history order)
+    never decrease (KIP-207): a client told offset N is never told less afterwards."""
+    out: list[dict[str, Any]] = []
+    highest: dict[tuple[Any, str], tuple[int, int, Any]] = {}
+    for op in ops:
+        if op.get("f") != LATEST_OFFSET_OP or op["type"] != "ok":
+            continue
+        key, offset = op["value"]
+        before = highest.get((op["process"], key))
+        if before is not None and offset < before[0]:
+            out.append(
+                {
+                    "key": key,
+                    "process": op["process"],
+                    "op": op["index"],
+                    "offset": offset,
+                    "leader_epoch": op.get("leader_epoch"),
+                    "broker": op.get("broker"),
+                    "highest_before": before[0],
+                    "highest_in_epoch": before[1],
+                    "highest_from_broker": before[2],
+                }
+            )
+        if before is None or offset > before[0]:
+            highest[(op["process"], key)] = (offset, op.get("leader_epoch", -1), op.get("broker"))
+    return out
+
+
 # ---- verdict --------------------------------------------------------------------------
 
 
@@ -469,6 +503,7 @@ def check(
         "poll-above-hw": reads_above_hw(ops),
         **poll_order(ops, orders),
         "nonmonotonic-send": nonmonotonic_sends(ops),
+        "latest-offset-backwards": latest_offset_regressions(ops),
         "expected-loss": [],
     }
     if not strict:

@@ -31,7 +31,7 @@ from minikafka.errors import ErrorCode
 from minikafka.v1 import broker_pb2, broker_pb2_grpc, controller_pb2
 from minikafka_cli.timeline import read_log_rows, write_timeline
 from minikafka_cli.timeline_model import build_timeline
-from tests.chaos.checker import CheckResult, check
+from tests.chaos.checker import LATEST_OFFSET_OP, CheckResult, check
 from tests.chaos.history import History, Op, key_of
 from tests.chaos.workload import Workload
 from tests.support.chaos_cluster import ChaosCluster
@@ -265,7 +265,7 @@ class Run:
 
 
 #: The history op of one ListOffsets(LATEST) answer.
-END_OFFSET = "end-offset"
+END_OFFSET = LATEST_OFFSET_OP
 SAMPLER_PROCESS = "end-offset-sampler"
 
 

@@ -11,7 +11,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.chaos.checker import check
+from tests.chaos.checker import (
+    LATEST_OFFSET_OP,
+    UNCLEAN_EXPECTED,
+    check,
+    latest_offset_regressions,
+)
 from tests.chaos.history import History, Op, load_history
 
 pytestmark = pytest.mark.chaos
@@ -35,6 +40,14 @@ class Builder:
     def poll(self, process: int, pairs: list[tuple[int, int]], **extra: Any) -> None:
         op = self.history.invoke(process, "poll", None)
         self.history.complete(op, "ok", [["poll", {K: [list(p) for p in pairs]}]], **extra)
+
+    def latest(self, process: int | str, offset: int | None, key: str = K) -> None:
+        """One ListOffsets(LATEST) answer (None: refused, e.g. OFFSET_NOT_AVAILABLE)."""
+        op = self.history.invoke(process, LATEST_OFFSET_OP, key)
+        if offset is None:
+            self.history.complete(op, "fail", key, error="OFFSET_NOT_AVAILABLE")
+        else:
+            self.history.complete(op, "ok", [key, offset], leader_epoch=1)
 
     def assign(self, process: int, keys: list[str]) -> None:
         op = self.history.invoke(process, "assign", keys)
@@ -159,6 +172,13 @@ def _read_then_gone() -> Builder:
     return b
 
 
+def _latest_backwards() -> Builder:
+    b = healthy()
+    b.latest(7, 3)
+    b.latest(7, 2)  # a new leader answered its lagging HW
+    return b
+
+
 @pytest.mark.parametrize(
     ("build", "kind"),
     [
@@ -176,6 +196,7 @@ def _read_then_gone() -> Builder:
         (_above_hw, "poll-above-hw"),
         (_read_then_gone, "vanished"),
         (_read_then_gone, "unseen"),
+        (_latest_backwards, "latest-offset-backwards"),
     ],
     ids=lambda x: x if isinstance(x, str) else "",
 )
@@ -275,6 +296,46 @@ def test_load_history_rejects_garbage(tmp_path: Path) -> None:
     path.write_text('{"type": "ok"}\nnot json\n')
     with pytest.raises(ValueError, match=r"h\.jsonl:2: not JSON"):
         load_history(path)
+
+
+#: (name, answers as (process, offset or None: refused), regressions expected)
+LATEST_OFFSET_CASES = [
+    ("rising", [(7, 1), (7, 1), (7, 4)], 0),
+    ("one-client-goes-back", [(7, 4), (7, 3)], 1),
+    ("back-below-the-highest-not-the-last", [(7, 4), (7, 5), (7, 4), (7, 2)], 2),
+    ("refusals-are-not-answers", [(7, 4), (7, None), (7, 4)], 0),
+    ("two-clients-are-judged-apart", [(7, 4), (8, 2), (8, 3)], 0),
+    ("second-client-goes-back", [(7, 2), (8, 4), (7, 3), (8, 3)], 1),
+]
+
+
+@pytest.mark.parametrize(
+    ("answers", "expected"),
+    [pytest.param(answers, expected, id=name) for name, answers, expected in LATEST_OFFSET_CASES],
+)
+def test_latest_offsets_seen_by_one_client_never_decrease(
+    answers: list[tuple[int, int | None]], expected: int
+) -> None:
+    b = healthy()
+    for process, offset in answers:
+        b.latest(process, offset)
+    found = latest_offset_regressions(b.ops)
+    assert len(found) == expected, found
+    result = check(b.ops)
+    assert result.valid == (expected == 0), result.to_text()
+
+
+def test_latest_offsets_of_two_keys_are_judged_apart() -> None:
+    b = healthy()
+    b.latest(7, 5, key="t/0")
+    b.latest(7, 1, key="t/1")
+    assert check(b.ops).valid
+
+
+def test_an_unclean_election_may_move_the_latest_offset_back() -> None:
+    result = check(_latest_backwards().ops, expected=UNCLEAN_EXPECTED)
+    assert result.valid
+    assert result.expected_types == ["latest-offset-backwards"]
 
 
 @st.composite

@@ -29,12 +29,13 @@ class Nemesis:
     async def run(self) -> None:
         params = self.sim.params
         max_down = 1 if params.brokers == 3 else 2
-        wiped = False
+        wipes = 0
         actions = ["crash", "power-loss", "cut", "cut-one-way", "pause", "preferred"]
         if params.unclean_elections:
             actions.append("unclean")
         if params.wipes:
             actions.append("wipe")
+        actions += params.extra_actions
         while True:
             low = params.fault_interval_ms // 2
             await asyncio.sleep(self.sim.rng.randint(low, params.fault_interval_ms * 3 // 2) / 1000)
@@ -42,15 +43,15 @@ class Nemesis:
             self.faults += 1
             up = [b for b in self.sim.brokers if b.alive and not b.paused]
             if action in ("crash", "power-loss", "wipe"):
-                if action == "wipe" and wiped:
+                if action == "wipe" and wipes >= params.max_wipes:
                     continue
                 if len(self._down()) >= max_down or not up:
                     continue
                 victim = self.sim.rng.choice(up)
                 if action == "wipe":
-                    wiped = True
+                    wipes += 1
                 await self._crash(victim, power_loss=action != "crash", wipe=action == "wipe")
-                restart_ms = self.sim.rng.randint(50, 1500)
+                restart_ms = self.sim.rng.randint(50, params.restart_max_ms)
                 self._side(self._restart_later(victim, restart_ms))
             elif action in ("cut", "cut-one-way"):
                 names = [self.sim.controller.name] + [b.name for b in self.sim.brokers]

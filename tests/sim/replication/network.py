@@ -339,6 +339,8 @@ class SimStreamCall:
         self._method = method
         self._service = service
         self._ended = False
+        #: The client's machine lost power: nothing more of this call reaches the server.
+        self._silenced = False
         if self._target is None or not self._target.alive:
             self._end(rpc_error(grpc.StatusCode.UNAVAILABLE, f"no process at {address}"))
             return
@@ -369,6 +371,7 @@ class SimStreamCall:
             # The client's machine lost power: no reset reaches the server, whose side of
             # the stream just goes quiet (the session then expires on its timeout).
             self._ended = True
+            self._silenced = True
             self._replies.put_nowait(_End(rpc_error(grpc.StatusCode.CANCELLED, "power off")))
             if self._pump is not None:
                 self._pump.cancel()
@@ -396,13 +399,17 @@ class SimStreamCall:
         network = self._network
         try:
             async for request in self._requests:
-                if await network.transit(self._source, target.name):
+                if await network.transit(self._source, target.name) and not self._silenced:
                     self._inbound.put_nowait(_copy(request))
-            self._inbound.put_nowait(_End(None))
+            end: _End = _End(None)
         except asyncio.CancelledError:
             raise
         except BaseException as error:
-            self._inbound.put_nowait(_End(error))
+            end = _End(error)
+        # After a power loss the requests may still end (the client's generator can see
+        # its stop flag before the cancellation lands): the server must not see that end.
+        if not self._silenced:
+            self._inbound.put_nowait(end)
 
     async def _inbound_requests(self) -> AsyncIterator[ProtoMessage]:
         while True:

@@ -13,7 +13,8 @@ A run:
    have a leader.
 2. Chaos (`chaos_ms`): producers send unique integers (acks=all and acks=1) to the leader
    their metadata names, consumers poll each partition from the leader (assign()-style,
-   from offset 0 upwards), and the nemesis crashes brokers (a process crash, or a power
+   from offset 0 upwards), an offsets client per partition asks its leader
+   ListOffsets(LATEST), and the nemesis crashes brokers (a process crash, or a power
    loss: a new boot id, and the records no fsync covered are lost), restarts them,
    wipes a data directory (once per run at most),
    pauses a broker (its messages leave late), cuts links (one-way too), and asks the
@@ -25,11 +26,13 @@ A run:
 
 `tests.chaos.checker.check` then judges the history (lost or duplicated acknowledged
 writes, reads of unknown or failed values, non-monotonic or skipping reads, reads above
-the HW). A run that broke anything raises `Violation` with the seed, the parameters, the
+the HW, latest offsets that went backwards for a client). A run that broke anything
+raises `Violation` with the seed, the parameters, the
 fault schedule and the checker's report.
 
-The fault-suite canary switch (`BrokerConfig.unsafe_test_hw_is_leo`) is passed through
-`broker_settings`, so the same runs prove the checker sees an unsafe high watermark.
+The canary switches (`BrokerConfig.unsafe_test_*`, `ControllerConfig.unsafe_test_*`) are
+passed through `broker_settings` and `controller_settings`, so the same runs prove the
+checker sees an unsafe high watermark or a safety fix switched off.
 """
 
 from __future__ import annotations
@@ -85,6 +88,14 @@ class SimParams(msgspec.Struct, frozen=True, kw_only=True):
     acks_all_share: float
     wipes: bool
     unclean_elections: bool
+    #: Data directories wiped per run at most (when `wipes`); not drawn by `params_for`:
+    #: a canary raises it to bias its runs towards wipes (the schedule stays random).
+    max_wipes: int = 1
+    #: Extra slots among the nemesis's equally likely actions (not drawn by `params_for`:
+    #: a canary adds some to make an action more frequent, e.g. ("wipe", "preferred")).
+    extra_actions: tuple[str, ...] = ()
+    #: A crashed broker restarts 50..this many ms later (the session timeout is 1500).
+    restart_max_ms: int = 1500
 
 
 def params_for(seed: int) -> SimParams:
@@ -112,6 +123,7 @@ class RunStats(msgspec.Struct, frozen=True, kw_only=True):
     messages: int
     acknowledged: int
     read: int
+    latest_offsets: int
     faults: int
     crashes: int
 
@@ -204,8 +216,8 @@ class Simulation:
         seed: int,
         *,
         broker_settings: dict[str, Any] | None = None,
-        params: SimParams | None = None,
         controller_settings: dict[str, Any] | None = None,
+        params: SimParams | None = None,
     ) -> None:
         self.seed = seed
         self.params = params or params_for(seed)
@@ -339,6 +351,9 @@ class Simulation:
         consumers = [
             asyncio.ensure_future(workload.consumer(topic, partition, stop))
             for topic, partition in self.partition_keys
+        ] + [
+            asyncio.ensure_future(workload.latest_offsets(topic, partition, stop))
+            for topic, partition in self.partition_keys
         ]
         nemesis = asyncio.ensure_future(self.nemesis.run())
         await asyncio.sleep(params.chaos_ms / 1000)
@@ -367,6 +382,7 @@ class Simulation:
             messages=network.messages,
             acknowledged=workload.acknowledged,
             read=workload.read,
+            latest_offsets=workload.latest_answered,
             faults=self.nemesis.faults,
             crashes=self.nemesis.crashes,
         )

@@ -4,7 +4,9 @@ recording its operations in the run's history in the checker's format.
 Producers send unique integers, acks=all to `TOPIC` and acks=1 to `ACKS1_TOPIC`, to the
 leader some live broker's metadata names; the answer decides the op's type (ok, fail:
 nothing appended, info: indefinite). Consumers poll each partition from offset 0 upwards.
-The final polls read every partition up to its HW from the controller's leader.
+An offsets client per partition asks ListOffsets(LATEST) (`end-offset` ops: the checker's
+KIP-207 rule, latest offsets one client sees never decrease). The final polls read every
+partition up to its HW from the controller's leader.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from controller.model import NO_LEADER
 from minikafka.errors import ErrorCode
 from minikafka.record_batch import build_batch, decode_records
 from minikafka.v1 import broker_pb2
+from tests.chaos.checker import LATEST_OFFSET_OP
 from tests.chaos.history import key_of
 
 if TYPE_CHECKING:
@@ -27,6 +30,8 @@ TOPIC = "t"
 ACKS1_TOPIC = "t1"
 PRODUCE_TIMEOUT_MS = 1500
 FINAL_READ_ATTEMPTS = 200
+#: The offsets client asks ListOffsets(LATEST) every 1..this many ms.
+LATEST_OFFSETS_INTERVAL_MS = 20
 
 
 class Workload:
@@ -35,9 +40,11 @@ class Workload:
         self._values = iter(range(1, 1 << 62))
         self.acknowledged = 0
         self.read = 0
+        self.latest_answered = 0
 
-    def _leader_address(self, topic: str, partition: int) -> str | None:
-        """Where a client would send: the leader in a random live broker's metadata."""
+    def _leader(self, topic: str, partition: int) -> tuple[str, int] | None:
+        """Where a client would send, and the leader epoch it would name: the leader in a
+        random live broker's metadata."""
         alive = [b for b in self.sim.brokers if b.alive and b.broker is not None]
         if not alive:
             return None
@@ -45,8 +52,12 @@ class Workload:
         assert broker is not None
         for info in broker.metadata.partitions_of(topic):
             if info.partition == partition and info.leader >= 0:
-                return self.sim.broker(info.leader).address
+                return self.sim.broker(info.leader).address, info.leader_epoch
         return None
+
+    def _leader_address(self, topic: str, partition: int) -> str | None:
+        found = self._leader(topic, partition)
+        return None if found is None else found[0]
 
     async def producer(self, number: int, stop: asyncio.Event) -> None:
         params = self.sim.params
@@ -157,6 +168,42 @@ class Workload:
             history.complete(op, "ok", [["poll", {key: pairs}]], hw={key: hw})
             self.read += len(pairs)
             position = pairs[-1][0] + 1
+
+    async def latest_offsets(self, topic: str, partition: int, stop: asyncio.Event) -> None:
+        """ListOffsets(LATEST) of one partition, as Kafka's consumer asks it: the client
+        keeps the newest leader epoch its metadata showed, never acts on older metadata,
+        and names that epoch in the request (KIP-320), so a deposed leader that has not
+        heard of its successor refuses instead of answering its stale HW. Each answer is
+        an `end-offset` op (ok: [key, offset]; fail: refused or no answer)."""
+        history = self.sim.history
+        key = key_of(topic, partition)
+        process = f"offsets-{key}"
+        known_epoch = -1
+        while not stop.is_set():
+            await asyncio.sleep(self.sim.rng.randint(1, LATEST_OFFSETS_INTERVAL_MS) / 1000)
+            found = self._leader(topic, partition)
+            if found is None or found[1] < known_epoch:
+                continue
+            address, known_epoch = found
+            request = broker_pb2.ListOffsetsRequest()
+            request.partitions.add(
+                topic=topic, partition=partition, timestamp_ms=-1, current_leader_epoch=known_epoch
+            )
+            op = history.invoke(process, LATEST_OFFSET_OP, key, leader_epoch=known_epoch)
+            try:
+                response = await self.sim.network.unary(
+                    process, address, "BrokerService", "ListOffsets", request, 1
+                )
+            except grpc.aio.AioRpcError as error:
+                history.complete(op, "fail", key, error=error.code().name)
+                continue
+            assert isinstance(response, broker_pb2.ListOffsetsResponse)
+            answer = response.partitions[0]
+            if answer.error_code != ErrorCode.NONE:
+                history.complete(op, "fail", key, error=ErrorCode(answer.error_code).name)
+                continue
+            self.latest_answered += 1
+            history.complete(op, "ok", [key, answer.offset], broker=address)
 
     async def final_polls(self) -> None:
         history = self.sim.history

@@ -440,6 +440,30 @@ def test_restart_loss(previous: int, directory: str, loss: RestartLoss, why: str
     assert restart_loss(None, previous_broker_epoch=-1, directory_id="") == (RestartLoss.NONE, "")
 
 
+@pytest.mark.parametrize(
+    ("previous", "directory", "loss"),
+    [
+        pytest.param(-1, "d2", RestartLoss.NONE, id="another-directory-counts-as-clean"),
+        pytest.param(-1, "", RestartLoss.NONE, id="no-directory-id-counts-as-clean"),
+        pytest.param(-1, "d1", RestartLoss.UNFLUSHED, id="same-directory-no-proof-unchanged"),
+        pytest.param(6, "d1", RestartLoss.STALE, id="same-directory-older-epoch-unchanged"),
+    ],
+)
+def test_restart_loss_before_the_fix(previous: int, directory: str, loss: RestartLoss) -> None:
+    """The test-only pre-fix rule of hole 5 (the simulator's canary): a new data directory
+    registers as after a clean shutdown."""
+    existing = BrokerRegistration(
+        broker_id=1, host="h", port=1, incarnation_id="x", broker_epoch=7, directory_id="d1"
+    )
+    got, _ = restart_loss(
+        existing,
+        previous_broker_epoch=previous,
+        directory_id=directory,
+        unsafe_wiped_directory_is_clean=True,
+    )
+    assert got is loss
+
+
 def test_an_unproven_restart_keeps_the_last_member_of_an_fsync_topic() -> None:
     """flush.policy=fsync: every offset below the HW was fsynced on every ISR member, so a
     crash without proof (a power loss) cannot have lost a committed record there."""

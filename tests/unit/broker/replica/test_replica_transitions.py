@@ -352,6 +352,34 @@ def test_check_control_request(
 
 
 @pytest.mark.parametrize(
+    ("controller_epoch", "broker_epoch", "current", "expected"),
+    [
+        pytest.param(6, 5, -1, None, id="not-registered-any-epoch-applied"),
+        pytest.param(4, -1, -1, None, id="not-registered-no-epoch-applied"),
+        pytest.param(3, 5, -1, ErrorCode.STALE_CONTROLLER_EPOCH, id="not-registered-old-ctrl"),
+        pytest.param(4, -1, 8, None, id="registered-request-without-epoch-applied"),
+        pytest.param(4, 5, 8, ErrorCode.STALE_BROKER_EPOCH, id="registered-other-incarnation"),
+        pytest.param(6, 8, 8, ErrorCode.NOT_CONTROLLER, id="registered-epoch-never-announced"),
+    ],
+)
+def test_check_control_request_before_the_fix(
+    controller_epoch: int, broker_epoch: int, current: int, expected: ErrorCode | None
+) -> None:
+    """The test-only pre-fix rule of hole 2 (the simulator's canary)."""
+    assert (
+        check_control_request(
+            controller_epoch=controller_epoch,
+            broker_epoch=broker_epoch,
+            current_broker_epoch=current,
+            seen_controller_epoch=4,
+            session_controller_epoch=5,
+            unsafe_before_registration=True,
+        )
+        == expected
+    )
+
+
+@pytest.mark.parametrize(
     ("requested", "known", "served"),
     [
         pytest.param(7, 7, True, id="current-incarnation"),
