@@ -25,7 +25,7 @@ from broker.replica.producer_state import ProducerEntry, SequenceCheck, Verdict
 from tests.sim.replication.network import SimStub
 from tests.sim.replication.simulator import RunStats, SimParams, Simulation, Violation, params_for
 
-#: Seeds per normal test run (30 runs: 13-16 s on the shared 2-core box under load).
+#: Seeds per normal test run (30 runs: 22 s on the shared 2-core box at load 2, 81 seeds/min).
 CLIENT_SEED_COUNT = 30
 CLIENT_PRODUCERS = 2
 #: Broken duplicate detection must be caught within this many seeds.
