@@ -335,7 +335,8 @@ class RecordAccumulator:
 
     def pop_expired(self, now_ms: float, delivery_timeout_ms: float) -> list[ProducerBatch]:
         """Remove and return the queued batches created more than `delivery_timeout_ms`
-        before `now_ms`. Scans the queues only when one may have expired."""
+        before `now_ms` (closed: no record joins them any more). Scans the queues only
+        when one may have expired."""
         if now_ms - self._oldest_created_ms <= delivery_timeout_ms:
             # Read without the lock: only this (sender) thread moves the bound back
             # (`reenqueue`); appends only add newer batches.
@@ -354,4 +355,6 @@ class RecordAccumulator:
                 for b in queue:
                     oldest = min(oldest, b.created_ms)
             self._oldest_created_ms = oldest
+            for b in expired:
+                b.closed = True
             return expired

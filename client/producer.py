@@ -48,7 +48,7 @@ from client.records import RecordMetadata
 from client.security import client_tls
 from client.sender import Sender
 from client.sequences import SequenceTracker
-from client.transport import BrokerConnections
+from client.transport import BrokerConnections, ClientPorts
 
 logger = logging.getLogger(__name__)
 
@@ -101,7 +101,10 @@ class AsyncProducer:
         ssl_certfile: str | None = None,
         ssl_keyfile: str | None = None,
         ssl_check_hostname: bool = True,
+        ports: ClientPorts | None = None,
     ) -> None:
+        """`ports` (`client.transport.ClientPorts`; None: production's): the stub factory
+        and monotonic clock every request, deadline and timer of the producer uses."""
         self._tls = client_tls(
             security_protocol=security_protocol,
             ssl_cafile=ssl_cafile,
@@ -125,9 +128,10 @@ class AsyncProducer:
             max_in_flight_requests_per_connection=max_in_flight_requests_per_connection,
             compression_type=compression_type,
         )
+        self._ports = ports
         #: Monotonic milliseconds for the sender, the accumulator and the metrics
-        #: (tests may replace it before `start()`).
-        self.clock: Callable[[], float] = monotonic_ms
+        #: (tests may replace it before `start()`): the `ports` clock when given.
+        self.clock: Callable[[], float] = monotonic_ms if ports is None else ports.clock_ms
         self._bootstrap = bootstrap_servers
         self._client_id = client_id
         self.accumulator = RecordAccumulator(
@@ -179,6 +183,7 @@ class AsyncProducer:
             accumulator=self.accumulator,
             sequences=self.sequences,
             metrics=self._metrics,
+            ports=self._ports,
         )
         self._conn = conn
         self._sender = sender

@@ -14,7 +14,7 @@ from client.metrics import ProducerMetrics
 from client.producer_config import ProducerConfig
 from client.sender import Sender
 from client.sequences import SequenceTracker
-from client.transport import BrokerConnections
+from client.transport import BrokerConnections, ClientPorts
 from minikafka.tls import TlsMaterial
 
 
@@ -28,9 +28,11 @@ async def start_sender(
     accumulator: RecordAccumulator,
     sequences: SequenceTracker,
     metrics: ProducerMetrics,
+    ports: ClientPorts | None = None,
 ) -> tuple[BrokerConnections, Sender]:
     """Connections with fresh metadata and a `Sender` holding a producer id when
-    idempotent (not started yet); the connections are closed when either fails."""
+    idempotent (not started yet); the connections are closed when either fails.
+    `ports`: how the connections make stubs and read time (None: production's)."""
     conn = BrokerConnections(
         bootstrap_servers,
         request_timeout_ms=int(config.request_timeout_ms),
@@ -38,6 +40,7 @@ async def start_sender(
         metadata_max_age_ms=int(config.metadata_max_age_ms),
         client_id=client_id,
         tls=tls,
+        ports=ports,
     )
     sender = Sender(
         config=config,

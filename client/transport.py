@@ -3,6 +3,11 @@
 `BrokerConnections` owns one `grpc.aio` channel per broker address, knows the bootstrap
 addresses, and keeps the current `ClusterView`, refreshing it from any reachable broker.
 `parse_bootstrap` validates the `bootstrap_servers` setting.
+
+Its two ports, `ClientPorts`: how a broker's stub is made (default: a `grpc.aio` channel
+per address) and the monotonic clock its deadlines and metadata age are measured on
+(default: `time.monotonic`). Production keeps the defaults; the deterministic simulator
+(`tests/sim/replication`) passes stubs over its simulated network and its virtual clock.
 """
 
 from __future__ import annotations
@@ -12,10 +17,11 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import Final, TypeVar
+from typing import Final, TypeAlias, TypeVar
 
 import grpc
 import grpc.aio
+import msgspec
 
 from client.errors import (
     InvalidTopicError,
@@ -45,6 +51,27 @@ METADATA_HEDGE_S: Final = 0.25
 STALL_CHECK_INTERVAL_S: Final = 0.25
 
 _T = TypeVar("_T")
+
+
+#: Makes the stub of the broker at an address ("host:port").
+StubFactory: TypeAlias = "Callable[[str], broker_pb2_grpc.BrokerServiceAsyncStub]"
+
+
+class ClientPorts(msgspec.Struct, frozen=True, kw_only=True):
+    """How a client reaches brokers and reads time (the `ports` setting of the clients
+    that take it). The defaults are production's; tests and the simulator replace them.
+
+    `stub_factory`: the stub of the broker at an address; None: a `grpc.aio` channel per
+    address (with the client's TLS settings). `clock_s`: monotonic seconds, for request,
+    metadata and `max_block_ms` deadlines (the producer's linger, back-off and delivery
+    timeouts read it in milliseconds); its sleeps and waits run on the event loop."""
+
+    stub_factory: StubFactory | None = None
+    clock_s: Callable[[], float] = time.monotonic
+
+    def clock_ms(self) -> float:
+        """`clock_s` in milliseconds."""
+        return self.clock_s() * 1000
 
 
 class LeaderMoved(Exception):
@@ -159,9 +186,14 @@ class BrokerConnections:
         metadata_max_age_ms: int = 300_000,
         client_id: str = "minikafka-python",
         tls: TlsMaterial | None = None,
+        ports: ClientPorts | None = None,
     ) -> None:
+        """`ports`: the stub factory and clock (`ClientPorts`; None: production's)."""
         self._bootstrap = parse_bootstrap(bootstrap_servers)
         self._tls = tls
+        ports = ports or ClientPorts()
+        self._stub_factory = ports.stub_factory
+        self._clock_s = ports.clock_s
         check_number("request_timeout_ms", request_timeout_ms, minimum=1)
         check_number("retry_backoff_ms", retry_backoff_ms, minimum=0)
         check_number("metadata_max_age_ms", metadata_max_age_ms, minimum=0)
@@ -185,9 +217,12 @@ class BrokerConnections:
     def stub(self, address: str) -> broker_pb2_grpc.BrokerServiceAsyncStub:
         stub = self._stubs.get(address)
         if stub is None:
-            channel = open_channel(address, CHANNEL_OPTIONS, self._tls)
-            self._channels[address] = channel
-            stub = broker_pb2_grpc.BrokerServiceStub(channel)
+            if self._stub_factory is not None:
+                stub = self._stub_factory(address)
+            else:
+                channel = open_channel(address, CHANNEL_OPTIONS, self._tls)
+                self._channels[address] = channel
+                stub = broker_pb2_grpc.BrokerServiceStub(channel)
             self._stubs[address] = stub
         return stub
 
@@ -232,7 +267,7 @@ class BrokerConnections:
         return self.request_timeout_ms / 1000
 
     def metadata_stale(self) -> bool:
-        return time.monotonic() * 1000 - self._view_time_ms > self.metadata_max_age_ms
+        return self._clock_s() * 1000 - self._view_time_ms > self.metadata_max_age_ms
 
     async def refresh(self, topics: Iterable[str] | None = None) -> ClusterView:
         """Fetch metadata (tracked topics plus `topics`) from the first broker that
@@ -244,7 +279,7 @@ class BrokerConnections:
             response = await self._first_metadata_answer(asked)
             fresh = ClusterView.from_response(response)
             self.view = self.view.merged(fresh, asked)
-            self._view_time_ms = time.monotonic() * 1000
+            self._view_time_ms = self._clock_s() * 1000
             self._updated.set()
             self._updated = asyncio.Event()
             return self.view
@@ -289,7 +324,7 @@ class BrokerConnections:
 
     async def wait_for_topic(self, topic: str, timeout_ms: int) -> list[int]:
         """Partitions of `topic`, refreshing metadata with back-off until it is known."""
-        deadline = time.monotonic() + timeout_ms / 1000
+        deadline = self._clock_s() + timeout_ms / 1000
         self.add_topics([topic])
         last_error = ""
         while True:
@@ -306,7 +341,7 @@ class BrokerConnections:
             info = self.view.topics.get(topic)
             if info is not None and info.error_code:
                 last_error = code_name(info.error_code)
-            remaining = deadline - time.monotonic()
+            remaining = deadline - self._clock_s()
             if remaining <= 0:
                 if last_error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION.name:
                     raise KafkaTimeoutError(

@@ -58,6 +58,7 @@ from controller.state_machine import ElectionType, NewTopic
 from minikafka.errors import ErrorCode
 from tests.chaos.checker import UNCLEAN_EXPECTED, CheckResult, check
 from tests.chaos.history import History, Op
+from tests.sim.replication.client_workload import ClientWorkload
 from tests.sim.replication.cluster import CONTROLLER_ADDRESS, SimBroker, SimController
 from tests.sim.replication.nemesis import Nemesis
 from tests.sim.replication.network import Network
@@ -96,6 +97,9 @@ class SimParams(msgspec.Struct, frozen=True, kw_only=True):
     extra_actions: tuple[str, ...] = ()
     #: A crashed broker restarts 50..this many ms later (the session timeout is 1500).
     restart_max_ms: int = 1500
+    #: Idempotent `AsyncProducer`s of the real client (`client_workload`) sending to `t`
+    #: alongside the hand-built producers; 0 (the seeds' default) leaves a run unchanged.
+    client_producers: int = 0
 
 
 def params_for(seed: int) -> SimParams:
@@ -348,6 +352,8 @@ class Simulation:
             asyncio.ensure_future(workload.producer(number, stop))
             for number in range(1, params.producers + 1)
         ]
+        self.clients = ClientWorkload(self)
+        producers += self.clients.start(stop)
         consumers = [
             asyncio.ensure_future(workload.consumer(topic, partition, stop))
             for topic, partition in self.partition_keys

@@ -203,6 +203,26 @@ def test_expired_batches_are_popped_in_queue_order_and_others_kept() -> None:
     assert acc.next_expiry_ms(100.0) == 150.0  # recomputed by the scan
 
 
+def test_a_record_sent_after_the_open_batch_expired_goes_to_a_new_batch() -> None:
+    """The expired batch was the partition's open one: it failed and its memory was
+    released, so a later record must not join it (found by the replication simulator's
+    client workload: once a batch expired without a leader, every later send to the
+    partition failed at once with that batch's delivery timeout, and its bytes were
+    never released)."""
+    acc = RecordAccumulator(batch_size=1000, buffer_memory=100_000)
+    append(acc, TP, b"x", now_ms=0.0)
+    (expired,) = acc.pop_expired(200.0, 100.0)
+    expired.fail(KafkaTimeoutError("expired"))
+    acc.release(expired)
+    later, wake = append(acc, TP, b"y", now_ms=200.0)
+    assert later._batch is not expired
+    assert wake is True  # a new batch
+    assert not later.done()
+    assert acc.queued() == [later._batch]
+    acc.release(later._batch)
+    assert acc.buffered_bytes == 0
+
+
 def test_a_requeued_old_batch_moves_the_expiry_back() -> None:
     acc = RecordAccumulator(batch_size=100, buffer_memory=100_000)
     append(acc, TP, b"x" * 90, now_ms=0.0)
