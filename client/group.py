@@ -107,6 +107,7 @@ class GroupMember:
             identity=self.identity,
             coordinator=self._coordinator,
             subscription=subscription,
+            heartbeat_now=self.wake,
         )
         self._interval_s = settings.heartbeat_interval_ms / 1000
         self._sent_topics: frozenset[str] | None = None
@@ -204,7 +205,11 @@ class GroupMember:
                 if action is GroupAction.FENCED:
                     await self._lose_everything(str(exc))
                     wait_s = 0.0
-                elif action in (GroupAction.FIND_COORDINATOR, GroupAction.RETRY):
+                elif action in (
+                    GroupAction.FIND_COORDINATOR,
+                    GroupAction.RETRY,
+                    GroupAction.AWAIT_EPOCH,
+                ):
                     self._coordinator.forget()
                     wait_s = backoff_s
                 else:  # a configuration error: raised at the next poll
@@ -245,9 +250,8 @@ class GroupMember:
         code = code_from_wire(reply.error_code)
         action = heartbeat_action(code)
         if action is GroupAction.OK:
-            self.identity.joined = True
             self._sent_topics = topics
-            self.identity.epoch = reply.member_epoch
+            self.identity.update(reply.member_epoch, True)
             if reply.heartbeat_interval_ms > 0:
                 self._interval_s = reply.heartbeat_interval_ms / 1000
             if reply.HasField("assignment"):
@@ -278,7 +282,11 @@ class GroupMember:
             if action is GroupAction.FENCED:
                 await self._lose_everything(str(exc))
                 self.wake()
-            elif action not in (GroupAction.FIND_COORDINATOR, GroupAction.RETRY):
+            elif action not in (
+                GroupAction.FIND_COORDINATOR,
+                GroupAction.RETRY,
+                GroupAction.AWAIT_EPOCH,
+            ):
                 raise
             return  # the next poll tries again
         if revoked:
@@ -321,14 +329,13 @@ class GroupMember:
         self._target = None
         self._generation += 1
         self._subscription.set_assignment(set())
-        self.identity.joined = False
-        self.identity.epoch = 0
+        self.identity.update(0, False)
         if lost:
             await _call(self.listener.on_partitions_lost, lost)
 
     async def _leave(self) -> None:
         stub = self._coordinator.stub_now()
-        self.identity.joined = False
+        self.identity.update(joined=False)
         if stub is not None:
             request = broker_pb2.ConsumerGroupHeartbeatRequest(
                 group_id=self.settings.group_id,
@@ -345,7 +352,7 @@ class GroupMember:
         self._target = None
         self._generation += 1
         self._subscription.set_assignment(set())
-        self.identity.epoch = 0
+        self.identity.update(epoch=0)
         if lost:
             await _call(self.listener.on_partitions_revoked, lost)
 

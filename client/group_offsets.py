@@ -4,17 +4,19 @@ by member epoch) and looking committed offsets up. Decisions are the PURE rules 
 
 `MemberIdentity` is the member id, epoch and joined flag the heartbeat maintains and every
 commit and lookup presents; `GroupOffsets` reads it at each call, so a commit in flight
-across a heartbeat answer sees the new epoch when it retries (STALE_MEMBER_EPOCH).
+across a heartbeat answer sees the new epoch when it retries (STALE_MEMBER_EPOCH), and a
+stale answer to a member whose heartbeat has not brought the new epoch yet waits for it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 import grpc
@@ -29,7 +31,7 @@ from minikafka.v1 import broker_pb2, broker_pb2_grpc, common_pb2
 
 logger = logging.getLogger(__name__)
 
-#: Times a commit is sent again when the member epoch moved while it was on its way.
+#: Times a commit or lookup is sent again with a newer member epoch (STALE_MEMBER_EPOCH).
 STALE_EPOCH_RETRIES = 3
 
 
@@ -41,6 +43,22 @@ class MemberIdentity:
         self.member_id = uuid.uuid4().hex
         self.epoch = 0
         self.joined = False
+        self._changed = asyncio.Event()
+
+    def update(self, epoch: int | None = None, joined: bool | None = None) -> None:
+        """Set what a heartbeat answer (or leaving, or being fenced) says; wakes every
+        `wait_for_change`."""
+        if epoch is not None:
+            self.epoch = epoch
+        if joined is not None:
+            self.joined = joined
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def wait_for_change(self, timeout_s: float) -> None:
+        """Until the next `update`, at most `timeout_s`."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._changed.wait(), timeout=max(0.0, timeout_s))
 
     def presented(self) -> tuple[str, int]:
         """(member id, member epoch) as a commit or lookup presents them: a member that
@@ -126,9 +144,13 @@ class GroupOffsets:
         identity: MemberIdentity,
         coordinator: CoordinatorLink,
         subscription: SubscriptionState,
+        heartbeat_now: Callable[[], None],
     ) -> None:
+        """`heartbeat_now`: asks the heartbeat task for a heartbeat at once (to learn
+        the member's current epoch after a STALE_MEMBER_EPOCH answer)."""
         self.group_id = group_id
         self._identity = identity
+        self._heartbeat_now = heartbeat_now
         self._coordinator = coordinator
         self._subscription = subscription
 
@@ -157,34 +179,68 @@ class GroupOffsets:
         partitions may have moved)."""
         if not offsets:
             return
-        identity = self._identity
-        # A heartbeat answer may move the member epoch while a commit is on its way
-        # (STALE_MEMBER_EPOCH): sent again with the new epoch, a bounded number of times.
-        for _ in range(STALE_EPOCH_RETRIES):
-            member_id, sent_epoch = identity.presented()
-            request = broker_pb2.OffsetCommitRequest(
-                group_id=self.group_id, member_id=member_id, member_epoch=sent_epoch
+
+        def request(member_id: str, epoch: int) -> broker_pb2.OffsetCommitRequest:
+            built = broker_pb2.OffsetCommitRequest(
+                group_id=self.group_id, member_id=member_id, member_epoch=epoch
             )
             for tp, meta in sorted(offsets.items()):
-                request.partitions.add(
+                built.partitions.add(
                     topic=tp.topic,
                     partition=tp.partition,
                     offset=meta.offset,
                     leader_epoch=meta.leader_epoch,
                     metadata=meta.metadata,
                 )
-            reply = await self._coordinator.call(functools.partial(self._send_commit, request))
-            code = code_from_wire(reply.error_code)
-            moved = identity.joined and identity.epoch != sent_epoch
-            if not (code is ErrorCode.STALE_MEMBER_EPOCH and moved):
-                break
-        if commit_action(code) is GroupAction.FENCED:
+            return built
+
+        reply = await self._with_current_epoch(request, self._send_commit)
+        code = code_from_wire(reply.error_code)
+        if commit_action(code) in (GroupAction.FENCED, GroupAction.AWAIT_EPOCH):
             raise CommitFailedError(
                 f"commit refused for group {self.group_id}: {reply.error_message} "
                 f"[{code.name}]; the partitions may have moved to another member"
             )
         if code is not ErrorCode.NONE:
             raise from_response(reply.error_code, reply.error_message, context="OffsetCommit")
+
+    async def _with_current_epoch(
+        self,
+        request: Callable[[str, int], Any],
+        send: Callable[[Any, broker_pb2_grpc.BrokerServiceAsyncStub], Awaitable[Any]],
+    ) -> Any:
+        """Send `request(member id, epoch)` to the coordinator; returns its last answer.
+
+        STALE_MEMBER_EPOCH means the coordinator gave this member a newer epoch that its
+        heartbeat has not brought yet (another member joined or left): as Kafka's
+        consumer does, the request is sent again with the epoch the next heartbeat
+        brings (asked for at once), at most `STALE_EPOCH_RETRIES` times and within the
+        request timeout. A member that left or was fenced meanwhile is not retried."""
+        identity = self._identity
+        deadline_s = time.monotonic() + self._coordinator.conn.timeout_s
+        for attempt in range(STALE_EPOCH_RETRIES + 1):
+            member_id, sent_epoch = identity.presented()
+            reply = await self._coordinator.call(
+                functools.partial(send, request(member_id, sent_epoch))
+            )
+            code = code_from_wire(reply.error_code)
+            if commit_action(code) is not GroupAction.AWAIT_EPOCH:
+                return reply
+            if attempt == STALE_EPOCH_RETRIES:
+                break
+            if identity.joined and identity.epoch == sent_epoch:
+                self._heartbeat_now()
+                await identity.wait_for_change(deadline_s - time.monotonic())
+            if not identity.joined or identity.epoch == sent_epoch:
+                break
+        return reply
+
+    async def _send_fetch(
+        self,
+        request: broker_pb2.OffsetFetchRequest,
+        stub: broker_pb2_grpc.BrokerServiceAsyncStub,
+    ) -> broker_pb2.OffsetFetchResponse:
+        return await stub.OffsetFetch(request, timeout=self._coordinator.conn.timeout_s)
 
     async def _send_commit(
         self,
@@ -199,19 +255,19 @@ class GroupOffsets:
         """Committed offsets (None: none committed). A fencing answer is raised, never
         read as "no committed offset"."""
         wanted = sorted(set(partitions))
-        member_id, epoch = self._identity.presented()
-        request = broker_pb2.OffsetFetchRequest(
-            group_id=self.group_id,
-            member_id=member_id,
-            member_epoch=epoch,
-            partitions=[
-                common_pb2.TopicPartition(topic=tp.topic, partition=tp.partition) for tp in wanted
-            ],
-        )
-        timeout_s = self._coordinator.conn.timeout_s
-        reply = await self._coordinator.call(
-            lambda stub: stub.OffsetFetch(request, timeout=timeout_s)
-        )
+
+        def request(member_id: str, epoch: int) -> broker_pb2.OffsetFetchRequest:
+            return broker_pb2.OffsetFetchRequest(
+                group_id=self.group_id,
+                member_id=member_id,
+                member_epoch=epoch,
+                partitions=[
+                    common_pb2.TopicPartition(topic=tp.topic, partition=tp.partition)
+                    for tp in wanted
+                ],
+            )
+
+        reply = await self._with_current_epoch(request, self._send_fetch)
         if reply.error_code != ErrorCode.NONE:
             raise from_response(reply.error_code, reply.error_message, context="OffsetFetch")
         found = {

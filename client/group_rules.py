@@ -7,6 +7,8 @@
   is a configuration or programming error: raised.
 - `commit_action`: the same for OffsetCommit and OffsetFetch, where a fencing answer is
   `CommitFailedError` (commit) or raised (fetch): **never** read as "no committed offset".
+  A stale epoch (the coordinator gave the member a newer epoch its heartbeat has not
+  brought yet) is sent again with the next epoch, as Kafka's consumer does.
 - `assignment_change`: given what the member owns and the assignment an answer carries,
   what to revoke (give up first: commit, listener) and what to add (after looking up its
   committed offset).
@@ -25,6 +27,7 @@ class GroupAction(enum.Enum):
     OK = "ok"
     REJOIN = "rejoin"  # heartbeat: partitions lost, join with epoch 0
     FENCED = "fenced"  # commit / offset fetch: CommitFailedError or raised
+    AWAIT_EPOCH = "await-epoch"  # commit / offset fetch: again with the next member epoch
     FIND_COORDINATOR = "find-coordinator"
     RETRY = "retry"  # same coordinator, after the back-off
     FAIL = "fail"  # raised to the application
@@ -46,20 +49,16 @@ _RETRY = frozenset(
         ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
     }
 )
-_FENCED = frozenset(
-    {
-        ErrorCode.FENCED_MEMBER_EPOCH,
-        ErrorCode.UNKNOWN_MEMBER_ID,
-        ErrorCode.STALE_MEMBER_EPOCH,
-    }
-)
+_FENCED = frozenset({ErrorCode.FENCED_MEMBER_EPOCH, ErrorCode.UNKNOWN_MEMBER_ID})
 
 
-def _action(code: ErrorCode, fenced: GroupAction) -> GroupAction:
+def _action(code: ErrorCode, fenced: GroupAction, stale: GroupAction) -> GroupAction:
     if code is ErrorCode.NONE:
         return GroupAction.OK
     if code in _FENCED:
         return fenced
+    if code is ErrorCode.STALE_MEMBER_EPOCH:
+        return stale
     if code in _FIND_COORDINATOR:
         return GroupAction.FIND_COORDINATOR
     if code in _RETRY:
@@ -68,11 +67,11 @@ def _action(code: ErrorCode, fenced: GroupAction) -> GroupAction:
 
 
 def heartbeat_action(code: ErrorCode) -> GroupAction:
-    return _action(code, GroupAction.REJOIN)
+    return _action(code, GroupAction.REJOIN, GroupAction.REJOIN)
 
 
 def commit_action(code: ErrorCode) -> GroupAction:
-    return _action(code, GroupAction.FENCED)
+    return _action(code, GroupAction.FENCED, GroupAction.AWAIT_EPOCH)
 
 
 def assignment_change(

@@ -16,7 +16,7 @@ CASES = [
     ("success", E.NONE, A.OK, A.OK),
     ("fenced epoch: rejoin / commit failed", E.FENCED_MEMBER_EPOCH, A.REJOIN, A.FENCED),
     ("session expired: rejoin / commit failed", E.UNKNOWN_MEMBER_ID, A.REJOIN, A.FENCED),
-    ("stale epoch on a commit", E.STALE_MEMBER_EPOCH, A.REJOIN, A.FENCED),
+    ("stale epoch: again with the next epoch", E.STALE_MEMBER_EPOCH, A.REJOIN, A.AWAIT_EPOCH),
     ("coordinator moved", E.NOT_COORDINATOR, A.FIND_COORDINATOR, A.FIND_COORDINATOR),
     ("no coordinator yet", E.COORDINATOR_NOT_AVAILABLE, A.FIND_COORDINATOR, A.FIND_COORDINATOR),
     ("connection lost", E.NETWORK_EXCEPTION, A.FIND_COORDINATOR, A.FIND_COORDINATOR),
