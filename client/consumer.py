@@ -288,7 +288,7 @@ class AsyncConsumer(PositionCalls):
         """The group's committed offset of `partition` (None: none). A fencing or
         coordinator error is raised, never answered as None."""
         member = self._group_member()
-        found = await member.fetch_committed([TopicPartition(*partition)])
+        found = await member.offsets.fetch_committed([TopicPartition(*partition)])
         value = found[TopicPartition(*partition)]
         return None if value is None else value.offset
 

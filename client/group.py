@@ -28,7 +28,7 @@ import contextlib
 import inspect
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 import grpc
@@ -102,12 +102,13 @@ class GroupMember:
         self._subscription = subscription
         self._wake_fetcher = wake_fetcher
         self._coordinator = CoordinatorLink(settings.group_id, conn)
-        self._offsets = GroupOffsets(
+        #: Commits and committed-offset lookups (`client.group_offsets`).
+        self.offsets = GroupOffsets(
             settings.group_id,
             identity=self.identity,
             coordinator=self._coordinator,
             subscription=subscription,
-            heartbeat_now=self.wake,
+            heartbeat_now=self._heartbeat_now,
         )
         self._interval_s = settings.heartbeat_interval_ms / 1000
         self._sent_topics: frozenset[str] | None = None
@@ -143,6 +144,14 @@ class GroupMember:
         """Heartbeat now (the subscription changed, or a poll came after a poll timeout)."""
         self._wake.set()
 
+    def _heartbeat_now(self) -> bool:
+        """Heartbeat at once; False when no heartbeat will come (closing, or the task
+        stopped on a failure)."""
+        if self._closed or self._task is None or self._task.done():
+            return False
+        self.wake()
+        return True
+
     async def close(self) -> None:
         """Commit (auto-commit), leave the group, stop the heartbeat task."""
         if self._closed:
@@ -154,7 +163,7 @@ class GroupMember:
             await asyncio.gather(self._task, return_exceptions=True)
         if self.identity.joined:
             if self.settings.enable_auto_commit and self.owned:
-                await self._commit_quietly(self.owned)
+                await self.offsets.commit_quietly(self.owned)
             await self._leave()
 
     def check_failure(self) -> None:
@@ -178,7 +187,7 @@ class GroupMember:
             and time.monotonic() >= self._next_auto_commit
         ):
             self._next_auto_commit = time.monotonic() + self.settings.auto_commit_interval_ms / 1000
-            await self._commit_quietly(self.owned)
+            await self.offsets.commit_quietly(self.owned)
 
     # ---- the heartbeat task -----------------------------------------------------------
 
@@ -200,16 +209,12 @@ class GroupMember:
                 self._coordinator.forget()
                 wait_s = backoff_s
             except MiniKafkaError as exc:
-                # From an offset lookup while applying an assignment, or a refusal.
+                # A refusal of a heartbeat or of FindCoordinator.
                 action = commit_action(exc.code)
                 if action is GroupAction.FENCED:
                     await self._lose_everything(str(exc))
                     wait_s = 0.0
-                elif action in (
-                    GroupAction.FIND_COORDINATOR,
-                    GroupAction.RETRY,
-                    GroupAction.AWAIT_EPOCH,
-                ):
+                elif action in (GroupAction.FIND_COORDINATOR, GroupAction.RETRY):
                     self._coordinator.forget()
                     wait_s = backoff_s
                 else:  # a configuration error: raised at the next poll
@@ -298,14 +303,15 @@ class GroupMember:
         generation = self._generation
         if revoke:
             if self.settings.enable_auto_commit:
-                await self._commit_quietly(revoke)
+                await self.offsets.commit_quietly(revoke)
             await _call(self.listener.on_partitions_revoked, set(revoke))
             if generation != self._generation:
                 return False  # fenced meanwhile: everything was dropped already
+            self.identity.released()
             self.owned -= revoke
             self._subscription.set_assignment(set(self.owned))
         if add:
-            committed = await self.fetch_committed(add)
+            committed = await self.offsets.fetch_committed(add)
             if generation != self._generation:
                 return False  # fenced or left meanwhile: this answer is void
             self.owned |= add
@@ -324,11 +330,7 @@ class GroupMember:
             self.identity.member_id,
             why,
         )
-        lost = set(self.owned)
-        self.owned.clear()
-        self._target = None
-        self._generation += 1
-        self._subscription.set_assignment(set())
+        lost = self._drop_everything()
         self.identity.update(0, False)
         if lost:
             await _call(self.listener.on_partitions_lost, lost)
@@ -347,14 +349,19 @@ class GroupMember:
                 await stub.ConsumerGroupHeartbeat(request, timeout=self._conn.timeout_s)
             except grpc.aio.AioRpcError as exc:
                 logger.debug("group %s: leave failed: %s", self.settings.group_id, exc)
+        lost = self._drop_everything()
+        self.identity.update(epoch=0)
+        if lost:
+            await _call(self.listener.on_partitions_revoked, lost)
+
+    def _drop_everything(self) -> set[TopicPartition]:
+        """Forget every partition and any assignment being applied; returns them."""
         lost = set(self.owned)
         self.owned.clear()
         self._target = None
         self._generation += 1
         self._subscription.set_assignment(set())
-        self.identity.update(epoch=0)
-        if lost:
-            await _call(self.listener.on_partitions_revoked, lost)
+        return lost
 
     async def _leave_for_poll_timeout(self) -> None:
         logger.warning(
@@ -367,22 +374,12 @@ class GroupMember:
 
     # ---- offsets (delegated to `client.group_offsets`) -------------------------------
 
-    async def _commit_quietly(self, partitions: Iterable[TopicPartition]) -> None:
-        await self._offsets.commit_quietly(partitions)
-
     async def commit(self, offsets: dict[TopicPartition, OffsetAndMetadata] | None = None) -> None:
         """Commit `offsets` (default: the position of every owned partition); raises
         `CommitFailedError` when the member was fenced (its partitions may have moved)."""
-        await self._offsets.commit(
-            self._offsets.positions(self.owned) if offsets is None else offsets
+        await self.offsets.commit(
+            self.offsets.positions(self.owned) if offsets is None else offsets
         )
-
-    async def fetch_committed(
-        self, partitions: Iterable[TopicPartition]
-    ) -> dict[TopicPartition, OffsetAndMetadata | None]:
-        """Committed offsets (None: none committed). A fencing answer is raised, never
-        read as "no committed offset"."""
-        return await self._offsets.fetch_committed(partitions)
 
 
 async def _call(

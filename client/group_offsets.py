@@ -37,23 +37,34 @@ STALE_EPOCH_RETRIES = 3
 
 class MemberIdentity:
     """Who the member is to the coordinator: a random member id chosen once per consumer
-    (as Kafka 4's consumer does), its current epoch, and whether it has joined."""
+    (as Kafka 4's consumer does), its current epoch, and whether it has joined.
+
+    `releases` grows whenever the member gives partitions up (revoked, lost, left): a
+    commit refused for a stale epoch is sent again only if it did not grow meanwhile, so
+    it never lands after its partitions may have gone to another member."""
 
     def __init__(self) -> None:
         self.member_id = uuid.uuid4().hex
         self.epoch = 0
         self.joined = False
+        self.releases = 0
         self._changed = asyncio.Event()
 
     def update(self, epoch: int | None = None, joined: bool | None = None) -> None:
         """Set what a heartbeat answer (or leaving, or being fenced) says; wakes every
-        `wait_for_change`."""
+        `wait_for_change`. Leaving the group counts as a release."""
         if epoch is not None:
             self.epoch = epoch
         if joined is not None:
+            if self.joined and not joined:
+                self.releases += 1
             self.joined = joined
         self._changed.set()
         self._changed = asyncio.Event()
+
+    def released(self) -> None:
+        """The member gave partitions up (a revocation applied)."""
+        self.releases += 1
 
     async def wait_for_change(self, timeout_s: float) -> None:
         """Until the next `update`, at most `timeout_s`."""
@@ -105,10 +116,15 @@ class CoordinatorLink:
                 return None
         return self.stub_now()
 
-    async def call(self, call: Callable[[broker_pb2_grpc.BrokerServiceAsyncStub], Any]) -> Any:
+    async def call(
+        self,
+        call: Callable[[broker_pb2_grpc.BrokerServiceAsyncStub], Any],
+        deadline_s: float | None = None,
+    ) -> Any:
         """`call` on the coordinator, found again or retried while the answer says so,
-        within `request_timeout_ms`; returns the last answer."""
-        deadline = time.monotonic() + self.conn.timeout_s
+        until `deadline_s` (monotonic; None: `request_timeout_ms` from now); returns the
+        last answer."""
+        deadline = time.monotonic() + self.conn.timeout_s if deadline_s is None else deadline_s
         backoff_s = self.conn.retry_backoff_ms / 1000
         while True:
             stub = await self.stub()
@@ -144,10 +160,11 @@ class GroupOffsets:
         identity: MemberIdentity,
         coordinator: CoordinatorLink,
         subscription: SubscriptionState,
-        heartbeat_now: Callable[[], None],
+        heartbeat_now: Callable[[], bool],
     ) -> None:
         """`heartbeat_now`: asks the heartbeat task for a heartbeat at once (to learn
-        the member's current epoch after a STALE_MEMBER_EPOCH answer)."""
+        the member's current epoch after a STALE_MEMBER_EPOCH answer); False when no
+        heartbeat will come (the consumer is closing, or its heartbeat task stopped)."""
         self.group_id = group_id
         self._identity = identity
         self._heartbeat_now = heartbeat_now
@@ -176,7 +193,8 @@ class GroupOffsets:
 
     async def commit(self, offsets: dict[TopicPartition, OffsetAndMetadata]) -> None:
         """Commit `offsets`; raises `CommitFailedError` when the member was fenced (its
-        partitions may have moved)."""
+        partitions may have moved), or when its epoch was stale and no newer one came
+        before the partitions could have moved (see `_with_current_epoch`)."""
         if not offsets:
             return
 
@@ -194,7 +212,7 @@ class GroupOffsets:
                 )
             return built
 
-        reply = await self._with_current_epoch(request, self._send_commit)
+        reply = await self._with_current_epoch(request, self._send_commit, commit=True)
         code = code_from_wire(reply.error_code)
         if commit_action(code) in (GroupAction.FENCED, GroupAction.AWAIT_EPOCH):
             raise CommitFailedError(
@@ -208,31 +226,43 @@ class GroupOffsets:
         self,
         request: Callable[[str, int], Any],
         send: Callable[[Any, broker_pb2_grpc.BrokerServiceAsyncStub], Awaitable[Any]],
+        *,
+        commit: bool,
     ) -> Any:
         """Send `request(member id, epoch)` to the coordinator; returns its last answer.
 
         STALE_MEMBER_EPOCH means the coordinator gave this member a newer epoch that its
-        heartbeat has not brought yet (another member joined or left): as Kafka's
-        consumer does, the request is sent again with the epoch the next heartbeat
-        brings (asked for at once), at most `STALE_EPOCH_RETRIES` times and within the
-        request timeout. A member that left or was fenced meanwhile is not retried."""
+        heartbeat has not brought yet (a heartbeat answer was on its way): the request
+        is sent again with the epoch the next heartbeat brings (asked for at once), at
+        most `STALE_EPOCH_RETRIES` times, all within one request timeout. A lookup is
+        always safe to repeat (Kafka's consumer retries OffsetFetch the same way). A
+        commit is repeated only while the member has given nothing up since it was
+        sent (`MemberIdentity.releases`): the coordinator hands a revoked partition to
+        another member only after this one reported it gone, so until then a commit at
+        the newer epoch still commits partitions nobody else consumes; otherwise it
+        fails with `CommitFailedError`, as Kafka's commitSync does. No retry either when
+        no heartbeat will come (closing) or the member left or was fenced."""
         identity = self._identity
         deadline_s = time.monotonic() + self._coordinator.conn.timeout_s
         for attempt in range(STALE_EPOCH_RETRIES + 1):
             member_id, sent_epoch = identity.presented()
+            releases = identity.releases
             reply = await self._coordinator.call(
-                functools.partial(send, request(member_id, sent_epoch))
+                functools.partial(send, request(member_id, sent_epoch)), deadline_s
             )
             code = code_from_wire(reply.error_code)
             if commit_action(code) is not GroupAction.AWAIT_EPOCH:
                 return reply
-            if attempt == STALE_EPOCH_RETRIES:
-                break
-            if identity.joined and identity.epoch == sent_epoch:
-                self._heartbeat_now()
+            if attempt == STALE_EPOCH_RETRIES or not identity.joined:
+                return reply
+            if identity.epoch == sent_epoch:
+                if not self._heartbeat_now():
+                    return reply
                 await identity.wait_for_change(deadline_s - time.monotonic())
-            if not identity.joined or identity.epoch == sent_epoch:
-                break
+            if identity.epoch == sent_epoch or not identity.joined:
+                return reply
+            if commit and identity.releases != releases:
+                return reply
         return reply
 
     async def _send_fetch(
@@ -267,7 +297,7 @@ class GroupOffsets:
                 ],
             )
 
-        reply = await self._with_current_epoch(request, self._send_fetch)
+        reply = await self._with_current_epoch(request, self._send_fetch, commit=False)
         if reply.error_code != ErrorCode.NONE:
             raise from_response(reply.error_code, reply.error_message, context="OffsetFetch")
         found = {

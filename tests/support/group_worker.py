@@ -171,7 +171,7 @@ async def commit(consumer: AsyncConsumer, log: EventLog, refresh: Any) -> None:
     """Commit the position of every owned partition, logged as invoke and outcome."""
     member = consumer._group
     assert member is not None
-    offsets = member._offsets.positions(member.owned)
+    offsets = member.offsets.positions(member.owned)
     if not offsets:
         return
     shown = {f"{tp.topic}/{tp.partition}": meta.offset for tp, meta in sorted(offsets.items())}

@@ -70,13 +70,19 @@ class FakeCoordinator:
 
 
 def offsets_of(
-    coordinator: FakeCoordinator, identity: MemberIdentity, *, heartbeat_brings: int | None
+    coordinator: FakeCoordinator,
+    identity: MemberIdentity,
+    *,
+    heartbeat_brings: int | None,
+    heartbeat_alive: bool = True,
+    request_timeout_ms: int = 300,
 ) -> tuple[GroupOffsets, list[int]]:
     """GroupOffsets on `coordinator`; asking for a heartbeat schedules its answer, which
-    brings epoch `heartbeat_brings` (None: the heartbeat brings nothing new)."""
+    brings epoch `heartbeat_brings` (None: the heartbeat brings nothing new);
+    `heartbeat_alive=False`: no heartbeat will come (the consumer is closing)."""
     conn = BrokerConnections(
         "127.0.0.1:1",
-        request_timeout_ms=300,
+        request_timeout_ms=request_timeout_ms,
         retry_backoff_ms=1,
         ports=ClientPorts(
             stub_factory=lambda _address: cast(
@@ -86,10 +92,11 @@ def offsets_of(
     )
     asked: list[int] = []
 
-    def heartbeat_now() -> None:
+    def heartbeat_now() -> bool:
         asked.append(identity.epoch)
-        if heartbeat_brings is not None:
+        if heartbeat_alive and heartbeat_brings is not None:
             asyncio.get_running_loop().call_soon(identity.update, heartbeat_brings, True)
+        return heartbeat_alive
 
     offsets = GroupOffsets(
         GROUP,
@@ -140,20 +147,101 @@ async def test_lookup_fails_when_no_newer_epoch_arrives_within_the_timeout() -> 
 async def test_commit_fails_when_no_newer_epoch_arrives_within_the_timeout() -> None:
     coordinator = FakeCoordinator(epoch=6)
     identity = joined_at(5)
-    offsets, _ = offsets_of(coordinator, identity, heartbeat_brings=None)
+    offsets, asked = offsets_of(coordinator, identity, heartbeat_brings=None)
     with pytest.raises(CommitFailedError, match="STALE_MEMBER_EPOCH"):
         await offsets.commit({TP: OffsetAndMetadata(50)})
     assert coordinator.committed[TP] == 42
+    assert coordinator.sent_epochs == [5]
+    assert asked == [5]
+
+
+#: A guard far below the request timeout of the "no wait" cases: they must fail at once.
+NO_WAIT_GUARD_S = 5.0
+LONG_TIMEOUT_MS = 60_000
 
 
 async def test_a_member_that_left_meanwhile_is_not_retried() -> None:
     coordinator = FakeCoordinator(epoch=6)
     identity = joined_at(5)
-    offsets, _ = offsets_of(coordinator, identity, heartbeat_brings=None)
-    asyncio.get_running_loop().call_soon(identity.update, 0, False)  # left / fenced
+    offsets, asked = offsets_of(
+        coordinator, identity, heartbeat_brings=6, request_timeout_ms=LONG_TIMEOUT_MS
+    )
+    original = coordinator.OffsetFetch
+
+    async def left_while_on_its_way(request: Any, **call: Any) -> Any:
+        identity.update(0, False)  # left or fenced
+        return await original(request, **call)
+
+    coordinator.OffsetFetch = left_while_on_its_way  # type: ignore[method-assign]
     with pytest.raises(StaleMemberEpochError):
-        await offsets.fetch_committed([TP])
+        async with asyncio.timeout(NO_WAIT_GUARD_S):
+            await offsets.fetch_committed([TP])
     assert coordinator.sent_epochs == [5]
+    assert asked == []
+
+
+async def test_no_wait_when_no_heartbeat_will_come() -> None:
+    """close(): the heartbeat task is cancelled before the final auto-commit; a stale
+    answer then fails at once instead of waiting out the request timeout."""
+    coordinator = FakeCoordinator(epoch=6)
+    identity = joined_at(5)
+    offsets, asked = offsets_of(
+        coordinator,
+        identity,
+        heartbeat_brings=6,
+        heartbeat_alive=False,
+        request_timeout_ms=LONG_TIMEOUT_MS,
+    )
+    with pytest.raises(CommitFailedError, match="STALE_MEMBER_EPOCH"):
+        async with asyncio.timeout(NO_WAIT_GUARD_S):
+            await offsets.commit({TP: OffsetAndMetadata(50)})
+    assert coordinator.sent_epochs == [5]
+    assert asked == [5]
+
+
+async def test_a_commit_is_not_sent_again_after_the_member_gave_partitions_up() -> None:
+    """The application's commit is on its way at epoch 5; its next poll applies a
+    revocation of the partition (which lets the coordinator give it to another member
+    once reported); the heartbeat brings epoch 6. Sent again at 6, the commit would
+    overwrite the new owner's position: it fails instead (Kafka's commitSync too)."""
+    coordinator = FakeCoordinator(epoch=6)
+    identity = joined_at(5)
+    offsets, _ = offsets_of(coordinator, identity, heartbeat_brings=6)
+    original = coordinator.OffsetCommit
+
+    async def revoked_while_on_its_way(request: Any, **call: Any) -> Any:
+        identity.released()
+        return await original(request, **call)
+
+    coordinator.OffsetCommit = revoked_while_on_its_way  # type: ignore[method-assign]
+    with pytest.raises(CommitFailedError, match="STALE_MEMBER_EPOCH"):
+        await offsets.commit({TP: OffsetAndMetadata(50)})
+    assert coordinator.committed[TP] == 42
+    assert coordinator.sent_epochs == [5]
+
+
+async def test_fenced_and_joined_again_during_the_wait() -> None:
+    """While the member waits for its next epoch it is fenced (partitions lost) and
+    joins again at epoch 6: the commit of the old incarnation is not sent as the new
+    one's; a lookup is (it changes nothing)."""
+    coordinator = FakeCoordinator(epoch=6)
+    identity = joined_at(5)
+    offsets, _ = offsets_of(coordinator, identity, heartbeat_brings=None)
+
+    def fenced_then_rejoined() -> bool:
+        loop = asyncio.get_running_loop()
+        loop.call_soon(identity.update, 0, False)
+        loop.call_soon(identity.update, 6, True)
+        return True
+
+    offsets._heartbeat_now = fenced_then_rejoined
+    with pytest.raises(CommitFailedError, match="STALE_MEMBER_EPOCH"):
+        await offsets.commit({TP: OffsetAndMetadata(50)})
+    assert coordinator.committed[TP] == 42
+    coordinator.sent_epochs.clear()
+    identity.update(5, True)
+    assert await offsets.fetch_committed([TP]) == {TP: OffsetAndMetadata(42, "", -1)}
+    assert coordinator.sent_epochs == [5, 6]
 
 
 async def test_the_retries_are_bounded_when_the_epoch_keeps_moving() -> None:
@@ -162,8 +250,9 @@ async def test_the_retries_are_bounded_when_the_epoch_keeps_moving() -> None:
     conn_offsets, _ = offsets_of(coordinator, identity, heartbeat_brings=None)
     moving = iter(range(6, 100))
 
-    def heartbeat_now() -> None:
+    def heartbeat_now() -> bool:
         asyncio.get_running_loop().call_soon(identity.update, next(moving), True)
+        return True
 
     conn_offsets._heartbeat_now = heartbeat_now
     with pytest.raises(StaleMemberEpochError):
