@@ -14,6 +14,7 @@ PYTEST_ARGS ?=
 PYTEST_WORKERS ?= 3
 N ?= 10
 PROFILES ?=
+HOG ?=
 SEEDS ?= 20000
 FIRST ?= 0
 COMPOSE ?= $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose)
@@ -45,8 +46,16 @@ run: install  ## start a local 3-broker cluster (controller + brokers as child p
 test: install  ## the whole CI-sized suite: unit, integration, chaos subset, spark, compose (PYTEST_WORKERS=3)
 	$(BIN)/python -m pytest $(if $(filter-out 0,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadfile) $(PYTEST_ARGS)
 
-test-repeat: install  ## `make test` N times (N=10), stopping at the first failure; prints the pass count
-	@passed=0; \
+test-repeat: install  ## `make test` N times (N=10), stopping at the first failure; HOG=1 adds a busy loop per core
+	@hog_pids=""; \
+	if [ "$(HOG)" = 1 ]; then \
+	  for core in $$(seq 1 $$(nproc)); do \
+	    (exec timeout 86400 $(BIN)/python -c 'while True: pass') & hog_pids="$$hog_pids $$!"; \
+	  done; \
+	  trap 'kill $$hog_pids 2>/dev/null' EXIT; \
+	  echo "== test-repeat: CPU hog on $$(nproc) cores (pids$$hog_pids)"; \
+	fi; \
+	passed=0; \
 	for run in $$(seq 1 $(N)); do \
 	  echo "== test-repeat: run $$run of $(N)"; \
 	  if $(MAKE) --no-print-directory test PYTEST_ARGS='$(PYTEST_ARGS)' PYTEST_WORKERS='$(PYTEST_WORKERS)'; then \
