@@ -137,6 +137,7 @@ class RecordDelivery:
         self, tp: TopicPartition, state: PartitionState, budget: int
     ) -> list[ConsumerRecord]:
         taken: list[ConsumerRecord] = []
+        drained = False
         while budget > 0:
             limit = state.stop_offset if state.status is FetchStatus.FAILED else None
             if state.records_index >= len(state.records):
@@ -145,6 +146,19 @@ class RecordDelivery:
                 self._decode_next(tp, state)
                 continue
             end = min(len(state.records), state.records_index + budget)
+            if (
+                not taken
+                and limit is None
+                and state.records_index == 0
+                and end == len(state.records)
+            ):
+                # All of a decoded response at once (catch-up): hand the list itself out
+                # rather than two copies of it.
+                taken = state.records
+                state.records = []
+                budget -= end
+                drained = True
+                continue
             chunk = state.records[state.records_index : end]
             if limit is not None and chunk[-1].offset >= limit:
                 # Records at or past the stop stay (the position is the stop).
@@ -158,6 +172,8 @@ class RecordDelivery:
         if state.records_index >= len(state.records) and state.records:
             state.records = []
             state.records_index = 0
+            drained = True
+        if drained:
             self._wake_fetcher()
         return taken
 

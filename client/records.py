@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from itertools import count
+from operator import attrgetter
 from typing import Any, NamedTuple
 
 import msgspec
@@ -116,6 +117,7 @@ class FetchedBatches(msgspec.Struct, frozen=True, kw_only=True):
 Deserializer = Callable[[bytes], Any]
 
 _NO_HEADERS: tuple[()] = ()
+_row_delta = attrgetter("timestamp_delta_ms")
 
 
 def decode_fetched(
@@ -180,22 +182,28 @@ def decode_fetched(
             rows = rows[skip:]
         if key_deserializer is None and value_deserializer is None and fixed_ts is None:
             # The common case, one comprehension per batch (a million records a second).
-            records.extend(
-                [
-                    ConsumerRecord(
-                        topic,
-                        partition,
-                        off,
-                        first_ts + row.timestamp_delta_ms,
-                        ts_type,
-                        row.key,
-                        row.value,
-                        row.headers or _NO_HEADERS,
-                        epoch,
-                    )
-                    for off, row in zip(count(base + skip), rows)
-                ]
-            )
+            # Records with the same timestamp share one int object: a batch holds a few
+            # distinct timestamps, and an int fewer per record is an allocation fewer now
+            # and a cold object fewer to free when the application drops the records.
+            timestamps = {delta: first_ts + delta for delta in set(map(_row_delta, rows))}
+            decoded = [
+                ConsumerRecord(
+                    topic,
+                    partition,
+                    off,
+                    timestamps[row.timestamp_delta_ms],
+                    ts_type,
+                    row.key,
+                    row.value,
+                    row.headers or _NO_HEADERS,
+                    epoch,
+                )
+                for off, row in zip(range(base + skip, base + skip + len(rows)), rows, strict=True)
+            ]
+            if records:
+                records.extend(decoded)
+            else:
+                records = decoded
         else:
             for off, row in zip(count(base + skip), rows):
                 key, value, hdrs = row.key, row.value, row.headers

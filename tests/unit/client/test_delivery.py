@@ -130,3 +130,50 @@ def test_paused_partitions_are_skipped() -> None:
     assert out.take(10) == {}
     subscription.resume([TP0])
     assert offsets(out.take(10)) == {TP0: [0]}
+
+
+#: name -> (records per buffered response, budgets of successive takes, offsets each
+#: take hands out). A take may hand out a whole decoded response as it is, part of one,
+#: or span responses; the position and the offsets handed out are the same either way.
+HAND_OUTS: dict[str, tuple[list[int], list[int], list[list[int]]]] = {
+    "a whole response in one take": ([3], [10], [[0, 1, 2]]),
+    "exactly a whole response": ([3], [3], [[0, 1, 2]]),
+    "a response in two takes": ([3], [2, 2], [[0, 1], [2]]),
+    "one take across two responses": ([2, 3], [10], [[0, 1, 2, 3, 4]]),
+    "a whole response, then part of the next": ([2, 3], [4, 4], [[0, 1, 2, 3], [4]]),
+    "part, then the rest and the next": ([3, 2], [1, 10], [[0], [1, 2, 3, 4]]),
+}
+
+
+@pytest.mark.parametrize(("sizes", "budgets", "expected"), HAND_OUTS.values(), ids=HAND_OUTS.keys())
+def test_records_are_handed_out_in_order_within_the_budget(
+    sizes: list[int], budgets: list[int], expected: list[list[int]]
+) -> None:
+    subscription = SubscriptionState((), EARLIEST)
+    subscription.assign({TP0})
+    wakes: list[int] = []
+    handing = RecordDelivery(
+        subscription,
+        key_deserializer=None,
+        value_deserializer=None,
+        retry_backoff_ms=100,
+        metrics=ConsumerMetrics(0.0),
+        wake_fetcher=lambda: wakes.append(1),
+        clock=lambda: 0.0,
+    )
+    state = subscription.state(TP0)
+    state.seek(0, -1)
+    base = 0
+    for size in sizes:
+        state.raw.append((batch(base, [b"v%d" % i for i in range(size)]), base))
+        base += size
+    state.fetch_offset = base
+    got = []
+    for budget in budgets:
+        taken = handing.take(budget)
+        got.append([r.offset for r in taken.get(TP0, [])])
+        assert state.position() == got[-1][-1] + 1
+    assert got == expected
+    assert handing.take(10) == {}
+    assert state.position() == base
+    assert wakes  # the fetcher hears when buffered data drains (room for the next fetch)
