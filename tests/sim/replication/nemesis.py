@@ -1,5 +1,6 @@
 """The simulation's nemesis: crashes, power losses, wipes, pauses, link cuts (one-way
-too) and elections, drawn from the run's generator and written to its fault schedule."""
+too), link stalls (`hold`, only when a canary adds it to `SimParams.extra_actions`) and
+elections, drawn from the run's generator and written to its fault schedule."""
 
 from __future__ import annotations
 
@@ -66,6 +67,13 @@ class Nemesis:
                         source, target, self.sim.rng.randint(100, 2000), action == "cut"
                     )
                 )
+            elif action == "hold":
+                # Only among brokers: the fetch answers of a stalled leader->follower link.
+                source, target = self.sim.rng.sample([b.name for b in self.sim.brokers], 2)
+                hold_ms = self.sim.rng.randint(200, params.hold_max_ms)
+                now_s = asyncio.get_running_loop().time()
+                self.sim.network.hold(source, target, now_s + hold_ms / 1000)
+                self.sim.note(f"hold {source} -> {target} for {hold_ms} ms")
             elif action == "pause":
                 if not up:
                     continue

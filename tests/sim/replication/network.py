@@ -59,10 +59,13 @@ class ProcessHost(Protocol):
 class LinkState:
     """Faults on one directed link."""
 
-    __slots__ = ("cut", "drop_rate", "duplicate_rate", "max_delay_ms")
+    __slots__ = ("cut", "drop_rate", "duplicate_rate", "held_until_s", "max_delay_ms")
 
     def __init__(self, *, drop_rate: float, duplicate_rate: float, max_delay_ms: int) -> None:
         self.cut = False
+        #: Virtual time until which the link is stalled (`Network.hold`): a message that
+        #: would arrive before then arrives then instead (nothing lost).
+        self.held_until_s = 0.0
         self.drop_rate = drop_rate
         self.duplicate_rate = duplicate_rate
         self.max_delay_ms = max_delay_ms
@@ -139,11 +142,20 @@ class Network:
         for state in self.links.values():
             state.cut = False
 
+    def hold(self, source: str, target: str, until_s: float) -> None:
+        """Stall the directed link until virtual time `until_s`, then flush it: what a TCP
+        connection does behind a congested switch or across a retransmission timeout.
+        Unlike a cut nothing is lost, so a caller whose deadline is longer than the stall
+        gets its (by then perhaps stale) answer: the "delayed responses" of issue 17."""
+        state = self.link(source, target)
+        state.held_until_s = max(state.held_until_s, until_s)
+
     def quiet(self) -> None:
         """A lossless network from now on (the final phase)."""
         self._defaults = (0.0, 0.0, self._defaults[2])
         for state in self.links.values():
             state.cut = False
+            state.held_until_s = 0.0
             state.drop_rate = 0.0
             state.duplicate_rate = 0.0
 
@@ -164,6 +176,9 @@ class Network:
         state = self.link(source, target)
         self.messages += 1
         await asyncio.sleep(self._delay_s(state))
+        held_s = state.held_until_s - asyncio.get_running_loop().time()
+        if held_s > 0:
+            await asyncio.sleep(held_s)
         if state.cut:
             self.dropped += 1
             return _BLACK_HOLED

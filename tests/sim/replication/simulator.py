@@ -97,6 +97,9 @@ class SimParams(msgspec.Struct, frozen=True, kw_only=True):
     extra_actions: tuple[str, ...] = ()
     #: A crashed broker restarts 50..this many ms later (the session timeout is 1500).
     restart_max_ms: int = 1500
+    #: A `hold` (an extra action: a stalled broker->broker link that flushes later, nothing
+    #: lost) lasts 200..this many ms; below the replica fetch deadline (long poll + 5 s).
+    hold_max_ms: int = 3000
     #: Idempotent `AsyncProducer`s of the real client (`client_workload`) sending to `t`
     #: alongside the hand-built producers; 0 (the seeds' default) leaves a run unchanged.
     client_producers: int = 0
