@@ -32,6 +32,7 @@ from types import FrameType
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from minikafka.grpc_options import channel_options
 from minikafka.v1 import broker_pb2_grpc, controller_pb2
 from minikafka_cli.dev_certs import CertPaths, make_ca, make_certificate
 
@@ -69,10 +70,15 @@ DEV_PRINCIPAL_RULES = "RULE:^CN=(.*?)(,.*)?$/$1/"
 CERTS_DIR = "certs"
 
 
+#: Pause between two health checks that found the process up but not serving yet.
+NOT_SERVING_PAUSE_S = 0.1
+
+
 def _channel(address: str, credentials: grpc.ChannelCredentials | None) -> grpc.Channel:
+    options = channel_options()
     if credentials is None:
-        return grpc.insecure_channel(address)
-    return grpc.secure_channel(address, credentials)
+        return grpc.insecure_channel(address, options=options)
+    return grpc.secure_channel(address, credentials, options=options)
 
 
 def wait_serving(
@@ -83,8 +89,13 @@ def wait_serving(
     credentials: grpc.ChannelCredentials | None = None,
 ) -> None:
     """Block until the health service at `address` answers SERVING (or the child dies,
-    or `stop` is set); over TLS with `credentials`."""
+    or `stop` is set); over TLS with `credentials`.
+
+    Each check waits for the channel to connect (`wait_for_ready`, at most a second, so
+    a dead child or `stop` is noticed): no `channel_ready_future`, whose connectivity
+    polling thread raised "Channel closed!" when the channel closed under it."""
     deadline = time.monotonic() + timeout_s
+    pause = stop if stop is not None else threading.Event()
     with _channel(address, credentials) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         while time.monotonic() < deadline:
@@ -93,13 +104,14 @@ def wait_serving(
             if proc.poll() is not None:
                 raise RuntimeError(f"the process for {address} exited with code {proc.returncode}")
             try:
-                reply = stub.Check(health_pb2.HealthCheckRequest(), timeout=1.0)
+                reply = stub.Check(
+                    health_pb2.HealthCheckRequest(), timeout=1.0, wait_for_ready=True
+                )
             except grpc.RpcError:
-                with contextlib.suppress(grpc.FutureTimeoutError):
-                    grpc.channel_ready_future(channel).result(timeout=0.25)
                 continue
             if reply.status == health_pb2.HealthCheckResponse.SERVING:
                 return
+            pause.wait(NOT_SERVING_PAUSE_S)
     raise RuntimeError(f"{address} did not become healthy within {timeout_s:.0f}s")
 
 
