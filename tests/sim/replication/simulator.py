@@ -38,6 +38,7 @@ checker sees an unsafe high watermark or a safety fix switched off.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import os
 import random
@@ -586,6 +587,24 @@ def _only_topic(ops: list[Op], topic: str) -> list[Op]:
         return f"'{prefix}" in repr(op.get("value")) or f"-{prefix}" in str(op.get("process"))
 
     return [op for op in ops if about(op)]
+
+
+def run_digest(seed: int, *, client_producers: int = 0) -> str:
+    """A fingerprint of one run: its history (every op with its virtual time), its fault
+    schedule and its outcome (stats or the violation). Two processes that ran the same
+    seed must print the same one; `test_a_seed_replays_across_processes` compares them
+    under different `PYTHONHASHSEED`s and memory layouts (what str hashing and
+    address-ordered sets of objects depend on)."""
+    params = msgspec.structs.replace(params_for(seed), client_producers=client_producers)
+    simulation = Simulation(seed, params=params)
+    try:
+        outcome = repr(simulation.run())
+    except Violation as violation:
+        outcome = str(violation)
+    history = getattr(simulation, "history", None)
+    ops = history.ops if history is not None else []
+    text = "\n".join([*map(repr, ops), *simulation.schedule, outcome])
+    return f"{seed}/{client_producers}:{hashlib.sha256(text.encode()).hexdigest()}:{len(ops)}"
 
 
 def run_seed(seed: int, **options: Any) -> RunStats:
