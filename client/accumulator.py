@@ -69,7 +69,7 @@ class RecordAccumulator:
         self._queues: dict[TopicPartition, deque[ProducerBatch]] = {}
         #: The batch records of each partition are appended to (closed once drained).
         self._open: dict[TopicPartition, ProducerBatch] = {}
-        self._incomplete: set[ProducerBatch] = set()
+        self._incomplete: dict[ProducerBatch, None] = {}  # creation order, not addresses
         self._buffered_bytes = 0
         #: A lower bound of `created_ms` over queued batches (inf: none queued), so the
         #: sender scans for expired batches only when one may have expired.
@@ -250,7 +250,7 @@ class RecordAccumulator:
         queue.append(fresh)
         self._oldest_created_ms = min(self._oldest_created_ms, now_ms)
         self._open[tp] = fresh
-        self._incomplete.add(fresh)
+        self._incomplete[fresh] = None
         return fresh
 
     def drain(
@@ -313,7 +313,7 @@ class RecordAccumulator:
         """The batch is done (acknowledged or failed): free its memory."""
         with self._lock:
             if batch in self._incomplete:
-                self._incomplete.discard(batch)
+                del self._incomplete[batch]
                 self._buffered_bytes -= batch.size_bytes
 
     def incomplete(self) -> list[ProducerBatch]:

@@ -146,7 +146,8 @@ class ControllerEngine:
         self._lock = asyncio.Lock()
         self._task_group = task_group
         self._term: _Term | None = None
-        self._requests: set[asyncio.Task[object]] = set()
+        #: In-flight request tasks in creation order (cancelled in that order on close).
+        self._requests: dict[asyncio.Task[object], None] = {}
         #: Set once this controller first became active (a quorum of one starts serving then).
         self.activated = asyncio.Event()
         #: Set when a commit leaves a partition waiting for a longest-log unclean election.
@@ -287,12 +288,12 @@ class ControllerEngine:
                 return await handler(self._require_term())
 
         task: asyncio.Task[T] = asyncio.ensure_future(locked())
-        self._requests.add(task)
+        self._requests[task] = None
         task.add_done_callback(self._request_done)
         return await asyncio.shield(task)
 
     def _request_done(self, task: asyncio.Task[object]) -> None:
-        self._requests.discard(task)
+        self._requests.pop(task, None)
         if not task.cancelled():
             task.exception()  # retrieved: a caller that went away does not see it
 
