@@ -16,7 +16,9 @@ from typing import Any, Protocol
 
 import pytest
 
+from broker.log.partition_log import PartitionLog
 from tests.support.sim_disk import SimDisk
+from tests.unit.broker.log.storage_helpers import SMALL, batch_bytes, fill
 
 #: An operation: ("create" | "open" | "close" | "sync" | "unlink", name),
 #: ("write", name, offset, data), ("truncate", name, length), ("rename", old, new).
@@ -278,3 +280,37 @@ def test_rmtree_and_directory_renames_move_the_unsynced_state(tmp_path: Path) ->
     assert disk.read_bytes(tmp_path / "q" / "a") == b"abc"
     disk.rmtree(tmp_path / "q")
     assert (disk.unsynced_paths(), (tmp_path / "q").exists()) == ([], False)
+
+
+def _open_log(directory: Path, disk: SimDisk, *, recovery_point: int) -> PartitionLog:
+    return PartitionLog.open(
+        directory,
+        SMALL,
+        topic="orders",
+        partition=0,
+        recovery_point=recovery_point,
+        log_start_offset=0,
+        high_watermark=0,
+        clean_shutdown=False,
+        now_ms=0,
+        disk=disk,
+    )
+
+
+def test_a_partition_log_on_a_sim_disk_keeps_what_its_flush_covered(tmp_path: Path) -> None:
+    """The real storage classes on a SimDisk: after a power loss the log recovers to its
+    last flush (segments rolled since then come back empty), and no file but those
+    segments had unsynced writes (every small file is written tmp + fsync + rename)."""
+    disk = SimDisk()
+    log = _open_log(tmp_path / "orders-0", disk, recovery_point=0)
+    fill(log, 40)
+    log.flush()
+    flushed, end, segments = batch_bytes(log), log.log_end_offset, len(log._segments)
+    fill(log, 40, epoch=1)
+    assert len(log._segments) > segments  # the unflushed appends rolled segments
+    unsynced = {Path(p).suffix for p in disk.unsynced_paths()}
+    log.abandon()
+    disk.power_loss()
+    recovered = _open_log(tmp_path / "orders-0", disk, recovery_point=end)
+    assert (unsynced, recovered.log_end_offset, batch_bytes(recovered)) == ({".log"}, end, flushed)
+    assert recovered.epoch_cache.latest_epoch() == 0
