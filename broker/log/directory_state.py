@@ -35,6 +35,7 @@ from typing import Final
 import msgspec
 
 from broker.log import checkpoint
+from broker.log.disk import OS_DISK, Disk
 from broker.log.errors import LogStorageError
 
 logger = logging.getLogger(__name__)
@@ -90,16 +91,18 @@ def _render(values: dict[str, str], comment: str) -> bytes:
     return ("\n".join(lines) + "\n").encode()
 
 
-def _read(path: Path) -> dict[str, str] | None:
+def _read(path: Path, disk: Disk) -> dict[str, str] | None:
     try:
-        return _properties(path.read_text())
+        return _properties(disk.read_bytes(path).decode())
     except FileNotFoundError:
         return None
     except (OSError, UnicodeDecodeError) as exc:
         raise LogStorageError(f"cannot read {path}: {exc}") from exc
 
 
-def directory_identity(data_dir: Path, *, node_id: int | None, fresh: bool) -> str:
+def directory_identity(
+    data_dir: Path, *, node_id: int | None, fresh: bool, disk: Disk = OS_DISK
+) -> str:
     """The directory's id, formatting it (writing `meta.properties`) when it has none.
 
     A `fresh` directory (no data, no record of a previous owner) never keeps an identity
@@ -110,7 +113,7 @@ def directory_identity(data_dir: Path, *, node_id: int | None, fresh: bool) -> s
     Raises `LogStorageError` when the directory belongs to another broker id.
     """
     path = data_dir / META_NAME
-    meta = _read(path)
+    meta = _read(path, disk)
     if meta is not None and meta.get("directory.id"):
         owner = meta.get("node.id")
         if node_id is not None and owner not in (None, "", str(node_id)):
@@ -137,22 +140,26 @@ def directory_identity(data_dir: Path, *, node_id: int | None, fresh: bool) -> s
             META_NAME,
             directory_id,
         )
-    checkpoint.atomic_write(path, _render(values, "minikafka data directory (written once)"))
+    checkpoint.atomic_write(
+        path, _render(values, "minikafka data directory (written once)"), disk=disk
+    )
     return directory_id
 
 
-def consume_stop_record(data_dir: Path, *, boot_id: str, fresh: bool) -> StopRecord:
+def consume_stop_record(
+    data_dir: Path, *, boot_id: str, fresh: bool, disk: Disk = OS_DISK
+) -> StopRecord:
     """How the directory's previous owner stopped; removes the clean-shutdown file durably
     (a later crash must never look clean)."""
     if fresh:
         return StopRecord(stop=PreviousStop.NEW_DIRECTORY)
     marker = data_dir / CLEAN_SHUTDOWN_NAME
-    clean = _read(marker)
+    clean = _read(marker, disk)
     if clean is not None:
-        marker.unlink()
-        checkpoint.fsync_dir(data_dir)
+        disk.unlink(marker)
+        checkpoint.fsync_dir(data_dir, disk=disk)
         return StopRecord(stop=PreviousStop.CLEAN, broker_epoch=_epoch(clean))
-    incarnation = _read(data_dir / INCARNATION_NAME)
+    incarnation = _read(data_dir / INCARNATION_NAME, disk)
     if incarnation is None:
         return StopRecord(stop=PreviousStop.UNKNOWN)
     if boot_id and incarnation.get("boot.id") == boot_id:
@@ -167,7 +174,9 @@ def _epoch(values: dict[str, str]) -> int:
         return -1
 
 
-def record_incarnation(data_dir: Path, *, boot_id: str, broker_epoch: int) -> None:
+def record_incarnation(
+    data_dir: Path, *, boot_id: str, broker_epoch: int, disk: Disk = OS_DISK
+) -> None:
     """Remember, durably, which machine boot and registration own the directory now."""
     checkpoint.atomic_write(
         data_dir / INCARNATION_NAME,
@@ -175,11 +184,13 @@ def record_incarnation(data_dir: Path, *, boot_id: str, broker_epoch: int) -> No
             {"boot.id": boot_id, "broker.epoch": str(broker_epoch), "pid": str(os.getpid())},
             "the running broker's boot id and registration (see directory_state.py)",
         ),
+        disk=disk,
     )
 
 
-def write_clean_shutdown(data_dir: Path, *, broker_epoch: int) -> None:
+def write_clean_shutdown(data_dir: Path, *, broker_epoch: int, disk: Disk = OS_DISK) -> None:
     checkpoint.atomic_write(
         data_dir / CLEAN_SHUTDOWN_NAME,
         _render({"broker.epoch": str(broker_epoch)}, "written last at a clean shutdown"),
+        disk=disk,
     )

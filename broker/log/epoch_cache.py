@@ -22,6 +22,7 @@ from typing import Final
 import msgspec
 
 from broker.log import checkpoint
+from broker.log.disk import OS_DISK, Disk
 from broker.log.errors import LogStorageError
 
 logger = logging.getLogger(__name__)
@@ -114,15 +115,18 @@ class LeaderEpochCache:
     in memory and written by `flush()` (called by the log on truncation, flush and close).
     """
 
-    def __init__(self, path: Path, entries: list[EpochEntry] | None = None) -> None:
+    def __init__(
+        self, path: Path, entries: list[EpochEntry] | None = None, *, disk: Disk = OS_DISK
+    ) -> None:
         self.path = path
+        self.disk = disk
         self._entries: list[EpochEntry] = list(entries or [])
         self._dirty = False
 
     @classmethod
-    def load(cls, path: Path) -> LeaderEpochCache:
+    def load(cls, path: Path, *, disk: Disk = OS_DISK) -> LeaderEpochCache:
         """Read the checkpoint at `path`; raises `LogStorageError` if it is malformed."""
-        raw = checkpoint.read_epochs(path)
+        raw = checkpoint.read_epochs(path, disk=disk)
         entries: list[EpochEntry] = []
         for epoch, start in raw:
             if entries and (epoch <= entries[-1].epoch or start <= entries[-1].start_offset):
@@ -130,7 +134,7 @@ class LeaderEpochCache:
             if epoch < 0 or start < 0:
                 raise LogStorageError(f"leader epoch checkpoint {path} has negative entries")
             entries.append(EpochEntry(epoch, start))
-        return cls(path, entries)
+        return cls(path, entries, disk=disk)
 
     def _set(self, entries: list[EpochEntry]) -> None:
         if entries != self._entries:
@@ -170,5 +174,7 @@ class LeaderEpochCache:
     def flush(self) -> None:
         """Write the checkpoint atomically if anything changed since the last flush."""
         if self._dirty or not self.path.exists():
-            checkpoint.write_epochs(self.path, ((e.epoch, e.start_offset) for e in self._entries))
+            checkpoint.write_epochs(
+                self.path, ((e.epoch, e.start_offset) for e in self._entries), disk=self.disk
+            )
             self._dirty = False

@@ -12,10 +12,11 @@ Thread-safe (one lock): flushes may run outside the event loop's thread.
 
 from __future__ import annotations
 
-import os
 import threading
 from collections import OrderedDict
 from typing import Final, Protocol
+
+from broker.log.disk import OS_DISK, Disk
 
 #: Default budget of open segment files per broker.
 MAX_OPEN_SEGMENT_FILES_DEFAULT: Final = 1024
@@ -29,12 +30,17 @@ class _Holder(Protocol):
 
 
 class FileBudget:
-    """At most `max_open` descriptors registered at once; LRU eviction."""
+    """At most `max_open` descriptors registered at once; LRU eviction. The files are
+    opened on `disk`, which the segments sharing the budget also use."""
 
-    def __init__(self, max_open: int = MAX_OPEN_SEGMENT_FILES_DEFAULT) -> None:
+    def __init__(
+        self, max_open: int = MAX_OPEN_SEGMENT_FILES_DEFAULT, *, disk: Disk = OS_DISK
+    ) -> None:
         if max_open < 1:
             raise ValueError(f"max_open must be at least 1, got {max_open}")
         self.max_open = max_open
+        self.disk = disk
+        self._open_file = disk.open
         self._open: OrderedDict[int, _Holder] = OrderedDict()
         self._lock = threading.Lock()
         #: Key of the most recently used holder (set under the lock, read without it).
@@ -57,7 +63,7 @@ class FileBudget:
             self.evictions += len(victims)
         for victim in victims:
             victim.release_descriptor()
-        fd = os.open(path, flags, 0o644)
+        fd = self._open_file(path, flags, 0o644)
         with self._lock:
             self._open[id(holder)] = holder
             self._recent = id(holder)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Final
 
 from broker.log import checkpoint
+from broker.log.disk import OS_DISK, Disk
 
 _ENTRY: Final = struct.Struct("<qq")
 ENTRY_SIZE: Final = _ENTRY.size
@@ -34,8 +35,9 @@ def floor_lookup(offsets: array[int], positions: array[int], target: int) -> tup
 class OffsetIndex:
     """In-memory sparse index of one segment, with load/persist to its `.index` file."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, disk: Disk = OS_DISK) -> None:
         self.path = path
+        self.disk = disk
         self.offsets: array[int] = array("q")
         self.positions: array[int] = array("q")
 
@@ -119,11 +121,11 @@ class OffsetIndex:
         return data.tobytes()
 
     def persist(self) -> None:
-        checkpoint.atomic_write(self.path, self.encoded())
+        checkpoint.atomic_write(self.path, self.encoded(), disk=self.disk)
 
     def discard_file(self) -> None:
         """Remove the on-disk copy (it no longer matches the log after a truncation)."""
-        self.path.unlink(missing_ok=True)
+        self.disk.unlink(self.path, missing_ok=True)
 
     def load(self, base_offset: int, log_size: int) -> bool:
         """Load the file if it is plausible for a log of `log_size` bytes; False if not.
@@ -133,7 +135,7 @@ class OffsetIndex:
         """
         self.clear()
         try:
-            raw = self.path.read_bytes()
+            raw = self.disk.read_bytes(self.path)
         except FileNotFoundError:
             return False
         if len(raw) % ENTRY_SIZE:

@@ -18,6 +18,8 @@ directory (`get_or_create` raises KAFKA_STORAGE_ERROR, which LeaderAndIsr answer
 controller moves leadership and ISR away), and its checkpoint entries are kept as read.
 Segment files share one `FileBudget` (`--max-open-segment-files`), so a broker with more
 partitions than file descriptors still starts.
+Every file but the lock is written and read through the manager's `Disk`
+(`broker.log.disk`: production's `OS_DISK`, the simulator's power-losing disk).
 """
 
 from __future__ import annotations
@@ -25,7 +27,6 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
-import shutil
 import threading
 import uuid
 from pathlib import Path
@@ -33,6 +34,7 @@ from typing import Final
 
 from broker.log import checkpoint, directory_state
 from broker.log.config import LogConfig
+from broker.log.disk import OS_DISK, Disk
 from broker.log.errors import DataDirLockedError, LogStorageError
 from broker.log.file_budget import MAX_OPEN_SEGMENT_FILES_DEFAULT, FileBudget
 from broker.log.partition_log import PartitionLog
@@ -82,11 +84,14 @@ class LogManager:
         node_id: int | None = None,
         boot_id: str | None = None,
         max_open_files: int = MAX_OPEN_SEGMENT_FILES_DEFAULT,
+        disk: Disk = OS_DISK,
     ) -> None:
         self.data_dir = data_dir
         self.default_config = default_config
-        self.files = FileBudget(max_open_files)
-        data_dir.mkdir(parents=True, exist_ok=True)
+        #: Where every file of the directory lives (production: `OS_DISK`).
+        self.disk = disk
+        self.files = FileBudget(max_open_files, disk=disk)
+        disk.mkdir(data_dir, parents=True, exist_ok=True)
         self._lock_fd = self._take_lock(data_dir)
         self._logs: dict[tuple[str, int], PartitionLog] = {}
         self.boot_id = directory_state.current_boot_id(boot_id)
@@ -100,10 +105,10 @@ class LogManager:
         try:
             fresh = self._is_fresh()
             self.directory_id = directory_state.directory_identity(
-                data_dir, node_id=node_id, fresh=fresh
+                data_dir, node_id=node_id, fresh=fresh, disk=disk
             )
             self.previous_stop = directory_state.consume_stop_record(
-                data_dir, boot_id=self.boot_id, fresh=fresh
+                data_dir, boot_id=self.boot_id, fresh=fresh, disk=disk
             )
             stop = self.previous_stop.stop
             self.had_clean_shutdown: bool = stop is directory_state.PreviousStop.CLEAN
@@ -164,19 +169,19 @@ class LogManager:
     def record_registration(self, broker_epoch: int) -> None:
         """Remember durably that this boot's broker owns the directory as `broker_epoch`."""
         directory_state.record_incarnation(
-            self.data_dir, boot_id=self.boot_id, broker_epoch=broker_epoch
+            self.data_dir, boot_id=self.boot_id, broker_epoch=broker_epoch, disk=self.disk
         )
 
     def _read_checkpoint(self, name: str) -> dict[tuple[str, int], int]:
         try:
-            return checkpoint.read_offsets(self.data_dir / name)
+            return checkpoint.read_offsets(self.data_dir / name, disk=self.disk)
         except LogStorageError as exc:
             logger.warning("%s; ignoring it (logs are recovered conservatively)", exc)
             return {}
 
     def _open_all(self, now_ms: int) -> None:
         for leftover in self.data_dir.glob("*" + checkpoint.TMP_SUFFIX):
-            leftover.unlink(missing_ok=True)
+            self.disk.unlink(leftover, missing_ok=True)
         recovery_points = self._read_checkpoint(RECOVERY_POINT_NAME)
         high_watermarks = self._read_checkpoint(HIGH_WATERMARK_NAME)
         log_starts = self._read_checkpoint(LOG_START_NAME)
@@ -189,7 +194,7 @@ class LogManager:
                 deleted = parse_partition_dir(entry.name[: -len(DELETE_SUFFIX)].rpartition(".")[0])
                 if deleted is not None:
                     being_deleted.add(deleted)
-                shutil.rmtree(entry, ignore_errors=True)
+                self.disk.rmtree(entry)
                 continue
             key = parse_partition_dir(entry.name)
             if key is None:
@@ -207,6 +212,7 @@ class LogManager:
                     clean_shutdown=self.had_clean_shutdown,
                     now_ms=now_ms,
                     files=self.files,
+                    disk=self.disk,
                 )
             except Exception as exc:  # one bad partition must not stop the broker
                 self.offline[key] = f"{type(exc).__name__}: {exc}"
@@ -275,8 +281,9 @@ class LogManager:
                 clean_shutdown=True,
                 now_ms=0,
                 files=self.files,
+                disk=self.disk,
             )
-            checkpoint.fsync_dir(self.data_dir)
+            checkpoint.fsync_dir(self.data_dir, disk=self.disk)
         except OSError as exc:
             raise LogStorageError(f"cannot create the log of {topic}-{partition}: {exc}") from exc
         self._logs[(topic, partition)] = log
@@ -300,14 +307,12 @@ class LogManager:
             log.abandon()
             directory = log.directory
         doomed = self.data_dir / f"{directory.name}.{uuid.uuid4().hex}{DELETE_SUFFIX}"
-        os.replace(directory, doomed)
-        checkpoint.fsync_dir(self.data_dir)
+        self.disk.replace(directory, doomed)
+        checkpoint.fsync_dir(self.data_dir, disk=self.disk)
         # Removing hundreds of MiB can take seconds: do it off the caller's thread (the
         # broker's event loop must keep heartbeating). A crash before it finishes leaves a
         # `-delete` directory that the next start removes.
-        threading.Thread(
-            target=shutil.rmtree, args=(doomed,), kwargs={"ignore_errors": True}, daemon=True
-        ).start()
+        threading.Thread(target=self.disk.rmtree, args=(doomed,), daemon=True).start()
         logger.info("deleted log for %s-%s", topic, partition)
 
     def checkpoint(self) -> None:
@@ -317,14 +322,17 @@ class LogManager:
         checkpoint.write_offsets(
             self.data_dir / HIGH_WATERMARK_NAME,
             {**{k: v[0] for k, v in kept.items()}, **{k: log.high_watermark for k, log in logs}},
+            disk=self.disk,
         )
         checkpoint.write_offsets(
             self.data_dir / RECOVERY_POINT_NAME,
             {**{k: v[1] for k, v in kept.items()}, **{k: log.recovery_point for k, log in logs}},
+            disk=self.disk,
         )
         checkpoint.write_offsets(
             self.data_dir / LOG_START_NAME,
             {**{k: v[2] for k, v in kept.items()}, **{k: log.log_start_offset for k, log in logs}},
+            disk=self.disk,
         )
 
     def run_retention(self, now_ms: int) -> int:
@@ -355,7 +363,9 @@ class LogManager:
             for log in self._logs.values():
                 log.close()
             self.checkpoint()
-            directory_state.write_clean_shutdown(self.data_dir, broker_epoch=broker_epoch)
+            directory_state.write_clean_shutdown(
+                self.data_dir, broker_epoch=broker_epoch, disk=self.disk
+            )
         finally:
             fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
             os.close(self._lock_fd)

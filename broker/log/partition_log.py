@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import bisect
 import logging
-import shutil
 import threading
 from pathlib import Path
 from typing import Final
@@ -26,6 +25,7 @@ import msgspec
 from broker.log.checkpoint import TMP_SUFFIX, fsync_dir
 from broker.log.checkpoint import atomic_write as checkpoint_write
 from broker.log.config import LogConfig
+from broker.log.disk import OS_DISK, Disk
 from broker.log.epoch_cache import CHECKPOINT_NAME, LeaderEpochCache
 from broker.log.errors import (
     CorruptRecordError,
@@ -199,10 +199,13 @@ class PartitionLog:
         high_watermark: int,
         recovery_point: int,
         files: FileBudget | None = None,
+        disk: Disk = OS_DISK,
     ) -> None:
         """Use `PartitionLog.open`; this only binds already-recovered state."""
         self.directory = directory
         self._files = files
+        #: Where the log's files live (production: `OS_DISK`).
+        self.disk = disk
         self.config = config
         self.topic = topic
         self.partition = partition
@@ -254,6 +257,7 @@ class PartitionLog:
         clean_shutdown: bool,
         now_ms: int,
         files: FileBudget | None = None,
+        disk: Disk = OS_DISK,
     ) -> PartitionLog:
         """Open (creating if needed) and, after an unclean stop, recover a partition log.
 
@@ -262,33 +266,37 @@ class PartitionLog:
         WARNING), later segments are deleted, indexes are rebuilt and the epoch cache is
         rebuilt for the scanned range. Clean: files are trusted, but the active segment's
         last batch is still checked and any inconsistency falls back to recovery.
+
+        The files live on `disk`; `files`, when given, must open them on the same disk.
         """
-        directory.mkdir(parents=True, exist_ok=True)
+        disk.mkdir(directory, parents=True, exist_ok=True)
         name = f"{topic}-{partition}"
         for leftover in directory.glob("*" + TMP_SUFFIX):
-            leftover.unlink(missing_ok=True)
+            disk.unlink(leftover, missing_ok=True)
         bases: list[int] = []
         for entry in directory.iterdir():
             base = parse_segment_name(entry.name)
             if base is not None:
                 bases.append(base)
             elif entry.suffix == INDEX_SUFFIX and not entry.with_suffix(".log").exists():
-                entry.unlink(missing_ok=True)
+                disk.unlink(entry, missing_ok=True)
         bases.sort()
         epoch_path = directory / CHECKPOINT_NAME
         rebuild_epochs = bool(bases) and not epoch_path.exists()
         if rebuild_epochs:
             logger.warning("%s: no %s; rebuilding it from the log", name, CHECKPOINT_NAME)
         try:
-            epoch_cache = LeaderEpochCache.load(epoch_path)
+            epoch_cache = LeaderEpochCache.load(epoch_path, disk=disk)
         except LogStorageError as exc:
             logger.warning("%s: %s; rebuilding the epoch cache from the log", name, exc)
-            epoch_cache = LeaderEpochCache(epoch_path)
+            epoch_cache = LeaderEpochCache(epoch_path, disk=disk)
             rebuild_epochs = True
         if not bases:
             start = max(log_start_offset, 0)
-            segment = LogSegment(directory, start, rolling_base_ms=now_ms, create=True, files=files)
-            fsync_dir(directory)
+            segment = LogSegment(
+                directory, start, rolling_base_ms=now_ms, create=True, files=files, disk=disk
+            )
+            fsync_dir(directory, disk=disk)
             epoch_cache.truncate_from_end(start)
             epoch_cache.truncate_from_start(start)
             epoch_cache.flush()
@@ -304,8 +312,11 @@ class PartitionLog:
                 high_watermark=start,
                 recovery_point=start,
                 files=files,
+                disk=disk,
             )
-        segments = [LogSegment(directory, b, rolling_base_ms=now_ms, files=files) for b in bases]
+        segments = [
+            LogSegment(directory, b, rolling_base_ms=now_ms, files=files, disk=disk) for b in bases
+        ]
         try:
             log_end_offset, recovered, damaged = _load_segments(
                 name,
@@ -333,7 +344,7 @@ class PartitionLog:
             # make it durable before the recovery point claims it.
             for segment in segments:
                 segment.sync()
-            fsync_dir(directory)
+            fsync_dir(directory, disk=disk)
             recovery_point = log_end_offset
         epoch_cache.flush()
         log = cls(
@@ -348,6 +359,7 @@ class PartitionLog:
             high_watermark=min(max(high_watermark, start), log_end_offset),
             recovery_point=min(max(recovery_point, 0), log_end_offset),
             files=files,
+            disk=disk,
         )
         log.recovery_found_damage = damaged
         return log
@@ -536,6 +548,7 @@ class PartitionLog:
                 rolling_base_ms=now_ms,
                 create=True,
                 files=self._files,
+                disk=self.disk,
             )
             # The rolled segment is cold from now on: give its descriptor back.
             old.idle()
@@ -751,9 +764,14 @@ class PartitionLog:
                 segment.delete_files()
             try:
                 segment = LogSegment(
-                    self.directory, offset, rolling_base_ms=0, create=True, files=self._files
+                    self.directory,
+                    offset,
+                    rolling_base_ms=0,
+                    create=True,
+                    files=self._files,
+                    disk=self.disk,
                 )
-                fsync_dir(self.directory)
+                fsync_dir(self.directory, disk=self.disk)
             except OSError as exc:
                 raise LogStorageError(f"{self.name}: cannot restart log: {exc}") from exc
             self._segments = [segment]
@@ -864,7 +882,7 @@ class PartitionLog:
                     if not segment.closed:
                         raise  # a real fsync failure, not a segment deleted meanwhile
             if dir_dirty:
-                fsync_dir(self.directory)
+                fsync_dir(self.directory, disk=self.disk)
             with self._lock:
                 # Epochs starting below the new recovery point must survive a crash: recovery
                 # rebuilds the cache only from the recovery point on.
@@ -879,7 +897,7 @@ class PartitionLog:
         whose segment was cut or deleted meanwhile is stale and removed again."""
         for segment, data, truncations in indexes:
             try:
-                checkpoint_write(segment.index.path, data)
+                checkpoint_write(segment.index.path, data, disk=self.disk)
             except OSError:
                 with self._lock:
                     self._index_pending.append(segment)
@@ -956,9 +974,9 @@ class PartitionLog:
                 for segment in self._segments:
                     segment.close()
                 self._closed = True
-            shutil.rmtree(self.directory, ignore_errors=True)
+            self.disk.rmtree(self.directory)
             if self.directory.parent.exists():
-                fsync_dir(self.directory.parent)
+                fsync_dir(self.directory.parent, disk=self.disk)
 
     def _check_open(self) -> None:
         if self._closed:

@@ -4,8 +4,8 @@ A snapshot at offset N holds the idempotent-producer state after every batch bel
 (what it holds is the replica layer's business: this module stores opaque bytes). It
 lets a broker rebuild that state by scanning only the log after the newest snapshot,
 instead of the whole log (Kafka's `ProducerStateManager` snapshots, same idea). Files
-are written atomically; a snapshot above the log end offset (the log was truncated
-below it) is invalid and must be deleted before the state is rebuilt.
+are written atomically on the log's `Disk`; a snapshot above the log end offset (the log
+was truncated below it) is invalid and must be deleted before the state is rebuilt.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Final
 
 from broker.log.checkpoint import atomic_write
+from broker.log.disk import OS_DISK, Disk
 
 SUFFIX: Final = ".producers"
 
@@ -34,25 +35,25 @@ def offsets(directory: Path) -> list[int]:
     return sorted(found)
 
 
-def write(directory: Path, offset: int, payload: bytes) -> None:
-    atomic_write(path_of(directory, offset), payload)
+def write(directory: Path, offset: int, payload: bytes, *, disk: Disk = OS_DISK) -> None:
+    atomic_write(path_of(directory, offset), payload, disk=disk)
 
 
-def read(directory: Path, offset: int) -> bytes:
-    return path_of(directory, offset).read_bytes()
+def read(directory: Path, offset: int, *, disk: Disk = OS_DISK) -> bytes:
+    return disk.read_bytes(path_of(directory, offset))
 
 
-def delete(directory: Path, offset: int) -> None:
-    path_of(directory, offset).unlink(missing_ok=True)
+def delete(directory: Path, offset: int, *, disk: Disk = OS_DISK) -> None:
+    disk.unlink(path_of(directory, offset), missing_ok=True)
 
 
-def delete_above(directory: Path, offset: int) -> None:
+def delete_above(directory: Path, offset: int, *, disk: Disk = OS_DISK) -> None:
     """Drop the snapshots past `offset` (the log no longer reaches them)."""
     for found in offsets(directory):
         if found > offset:
-            delete(directory, found)
+            delete(directory, found, disk=disk)
 
 
-def retain_newest(directory: Path, keep: int) -> None:
+def retain_newest(directory: Path, keep: int, *, disk: Disk = OS_DISK) -> None:
     for found in offsets(directory)[:-keep]:
-        delete(directory, found)
+        delete(directory, found, disk=disk)

@@ -48,6 +48,7 @@ from typing import Final, Literal
 import msgspec
 
 from broker.log.checkpoint import TMP_SUFFIX, atomic_write, fsync_dir
+from broker.log.disk import OS_DISK, Disk
 from broker.log.errors import LogStorageError
 from broker.log.loss_receipt import (
     DIR_NAME,
@@ -97,27 +98,31 @@ def quarantine_step(
     return "keep"
 
 
-def _write_synced(path: Path, chunks: Sequence[bytes]) -> None:
+def _write_synced(path: Path, chunks: Sequence[bytes], disk: Disk) -> None:
     """Write `chunks` to a temporary file, fsync it and rename it to `path` (the caller
     fsyncs the directory)."""
     tmp = path.with_name(path.name + TMP_SUFFIX)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = disk.open(str(tmp), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        pending = [memoryview(chunk) for chunk in chunks if chunk]
+        pending: list[bytes | bytearray | memoryview] = [
+            memoryview(chunk) for chunk in chunks if chunk
+        ]
+        position = 0
         while pending:
-            written = os.writev(fd, pending[:_IOV_MAX])
+            written = disk.pwritev(fd, pending[:_IOV_MAX], position)
+            position += written
             while pending and written >= len(pending[0]):
                 written -= len(pending[0])
                 pending.pop(0)
             if written:
                 pending[0] = pending[0][written:]
-        os.fsync(fd)
+        disk.fsync(fd)
     except BaseException:
-        os.close(fd)
-        tmp.unlink(missing_ok=True)
+        disk.close(fd)
+        disk.unlink(tmp, missing_ok=True)
         raise
-    os.close(fd)
-    os.replace(tmp, path)
+    disk.close(fd)
+    disk.replace(tmp, path)
 
 
 # ---- the broker's quarantine ------------------------------------------------------------
@@ -147,6 +152,7 @@ class Quarantine:
         *,
         max_bytes: int,
         max_copy_bytes: int = QUARANTINE_MAX_COPY_BYTES_DEFAULT,
+        disk: Disk = OS_DISK,
     ) -> None:
         if max_bytes < 0 or max_copy_bytes < 0:
             raise ValueError(
@@ -154,6 +160,8 @@ class Quarantine:
             )
         self.max_copy_bytes = max_copy_bytes
         self.data_dir = data_dir
+        #: Where the receipts live (the log manager's disk).
+        self.disk = disk
         self.max_bytes = max_bytes
         self.totals = DiscardTotals()
         self.kept_bytes = 0
@@ -175,7 +183,7 @@ class Quarantine:
         key = str(directory)
         for entry in sorted(directory.iterdir()):
             if entry.name.endswith(TMP_SUFFIX):
-                entry.unlink(missing_ok=True)
+                self.disk.unlink(entry, missing_ok=True)
                 continue
             parsed = parse_name(entry.name)
             if parsed is None:
@@ -270,14 +278,14 @@ class Quarantine:
                 receipt = stored_receipt(path, pending=pending).receipt
             except LogStorageError as exc:
                 logger.warning("%s; removing it to evict its batches", exc)
-                path.unlink(missing_ok=True)
+                self.disk.unlink(path, missing_ok=True)
                 return
             note = (
                 f"batches evicted at {format_time_ms(now_ms)} to keep this broker's "
                 f"quarantine within {self.max_bytes} bytes (--quarantine-max-bytes)"
             )
             evicted = msgspec.structs.replace(receipt, batches="evicted", note=note)
-            atomic_write(path, encode_receipt(evicted))
+            atomic_write(path, encode_receipt(evicted), disk=self.disk)
             logger.info("%s: evicted the batches of receipt %s", directory, sequence)
             return
 
@@ -392,7 +400,7 @@ class PartitionQuarantine:
                 receipt.sequence,
             )
             self._delete(receipt.sequence)
-            fsync_dir(self.directory)
+            fsync_dir(self.directory, disk=self._owner.disk)
         else:
             self._confirm(receipt.sequence)
 
@@ -436,13 +444,14 @@ class PartitionQuarantine:
             note="" if keep else owner.too_large_note(suffix.size_bytes),
         )
         directory = self.directory
+        disk = owner.disk
         if not directory.is_dir():
-            directory.mkdir(exist_ok=True)
-            fsync_dir(directory.parent)
+            disk.mkdir(directory, exist_ok=True)
+            fsync_dir(directory.parent, disk=disk)
         line = encode_receipt(receipt)
         path = directory / receipt_name(sequence, pending=True)
-        _write_synced(path, [line, *(suffix.chunks or [])] if keep else [line])
-        fsync_dir(directory)
+        _write_synced(path, [line, *(suffix.chunks or [])] if keep else [line], disk)
+        fsync_dir(directory, disk=disk)
         if keep:
             owner._account(str(directory), sequence, path.stat().st_mtime_ns, suffix.size_bytes)
         self._sequences.append(sequence)
@@ -478,7 +487,7 @@ class PartitionQuarantine:
         if self._pending is not None and self._pending.receipt.sequence == sequence:
             self._pending = None
         try:
-            os.replace(
+            self._owner.disk.replace(
                 self.directory / receipt_name(sequence, pending=True),
                 self.directory / receipt_name(sequence),
             )
@@ -501,7 +510,9 @@ class PartitionQuarantine:
             self._pending = None
         self._owner._unaccount(str(self.directory), sequence)
         for pending in (True, False):
-            (self.directory / receipt_name(sequence, pending=pending)).unlink(missing_ok=True)
+            self._owner.disk.unlink(
+                self.directory / receipt_name(sequence, pending=pending), missing_ok=True
+            )
         if sequence in self._sequences:
             self._sequences.remove(sequence)
 

@@ -1,12 +1,13 @@
 """One log segment: a `<20-digit base offset>.log` file of whole batches plus its sparse index.
 
-Synchronous file I/O on a raw descriptor (`pread`/`pwritev`, no buffering), single
-writer. The descriptor is opened on first use and may be closed at any time between two
-calls by the broker's `FileBudget` (least recently used first); the next call opens it
-again, so a segment costs a descriptor only while it is in use. The segment never
-decides policy: `PartitionLog` tells it where to append, truncate or roll. Invariants:
-the file holds concatenated batches exactly as `minikafka.record_batch` defines them,
-`size` is the file length, every index entry points at the start of a batch.
+Synchronous file I/O on a raw descriptor (`pread`/`pwritev`, no buffering) of the
+log's `Disk` (its calls bound once, at construction), single writer. The descriptor is
+opened on first use and may be closed at any time between two calls by the broker's
+`FileBudget` (least recently used first); the next call opens it again, so a segment
+costs a descriptor only while it is in use. The segment never decides policy:
+`PartitionLog` tells it where to append, truncate or roll. Invariants: the file holds
+concatenated batches exactly as `minikafka.record_batch` defines them, `size` is the
+file length, every index entry points at the start of a batch.
 """
 
 from __future__ import annotations
@@ -14,10 +15,11 @@ from __future__ import annotations
 import errno
 import os
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Final
 
+from broker.log.disk import OS_DISK, Disk
 from broker.log.file_budget import FileBudget
 from broker.log.index import OffsetIndex
 from minikafka.record_batch import (
@@ -68,10 +70,12 @@ class BatchPeek:
         self.max_timestamp_ms: int = _TIMESTAMP.unpack_from(buf, pos + _MAX_TIMESTAMP_POS)[0]
 
 
-def _pread_exact(fd: int, size: int, position: int) -> bytes:
+def _pread_exact(
+    pread: Callable[[int, int, int], bytes], fd: int, size: int, position: int
+) -> bytes:
     chunks: list[bytes] = []
     while size > 0:
-        chunk = os.pread(fd, size, position)
+        chunk = pread(fd, size, position)
         if not chunk:
             break
         chunks.append(chunk)
@@ -91,12 +95,22 @@ class LogSegment:
         rolling_base_ms: int,
         create: bool = False,
         files: FileBudget | None = None,
+        disk: Disk = OS_DISK,
     ) -> None:
+        if files is not None and files.disk is not disk:
+            raise ValueError(f"the file budget opens files on {files.disk!r}, not {disk!r}")
         self.directory = directory
         self.base_offset = base_offset
         self.log_path = directory / (segment_name(base_offset) + LOG_SUFFIX)
-        self.index = OffsetIndex(directory / (segment_name(base_offset) + INDEX_SUFFIX))
-        self._files = files if files is not None else FileBudget(max_open=1 << 30)
+        self.index = OffsetIndex(directory / (segment_name(base_offset) + INDEX_SUFFIX), disk=disk)
+        self._files = files if files is not None else FileBudget(max_open=1 << 30, disk=disk)
+        self._disk = disk
+        # Bound once: the append and read paths call these without attribute chains.
+        self._pread = disk.pread
+        self._pwrite = disk.pwrite
+        self._pwritev = disk.pwritev
+        self._ftruncate = disk.ftruncate
+        self._fsync = disk.fsync
         self._fd = -1
         self._closed = False
         if create:
@@ -106,7 +120,7 @@ class LogSegment:
             self.index.discard_file()
             self.size: int = 0
         else:
-            self.size = os.stat(self.log_path).st_size
+            self.size = disk.file_size(self.log_path)
         #: Start of the segment's age for time-based rolling.
         self.rolling_base_ms = rolling_base_ms
         self._max_timestamp_ms: int | None = None if self.size else -1
@@ -117,11 +131,13 @@ class LogSegment:
 
     # ----------------------------------------------------------------- reading
     def read_at(self, position: int, size: int) -> bytes:
-        return _pread_exact(self._descriptor(), min(size, self.size - position), position)
+        return _pread_exact(
+            self._pread, self._descriptor(), min(size, self.size - position), position
+        )
 
     def peek_at(self, position: int) -> BatchPeek:
         """Header fields of the batch at `position` (trusted data, no validation)."""
-        return BatchPeek(_pread_exact(self._descriptor(), HEADER_SIZE, position))
+        return BatchPeek(_pread_exact(self._pread, self._descriptor(), HEADER_SIZE, position))
 
     def iter_batches(
         self, start_position: int = 0, *, verify_crc: bool = True
@@ -142,11 +158,15 @@ class LogSegment:
                 need = max(HEADER_SIZE, _PREFIX.unpack_from(buf, off)[1] + LENGTH_PREFIX_SIZE)
             if len(buf) - off < need:
                 buf_start, off = pos, 0
-                first = _pread_exact(self._descriptor(), min(SCAN_CHUNK_BYTES, end - pos), pos)
+                first = _pread_exact(
+                    self._pread, self._descriptor(), min(SCAN_CHUNK_BYTES, end - pos), pos
+                )
                 if len(first) >= LENGTH_PREFIX_SIZE:
                     need = max(HEADER_SIZE, _PREFIX.unpack_from(first, 0)[1] + LENGTH_PREFIX_SIZE)
                 if len(first) < need <= end - pos:
-                    first += _pread_exact(self._descriptor(), need - len(first), pos + len(first))
+                    first += _pread_exact(
+                        self._pread, self._descriptor(), need - len(first), pos + len(first)
+                    )
                 buf = first
             try:
                 header = parse_header(buf, off, verify_crc=verify_crc)
@@ -247,14 +267,14 @@ class LogSegment:
         try:
             if len(buffers) == 1:  # both append paths: one buffer, one pwrite
                 total = len(buffers[0])
-                written = os.pwrite(fd, buffers[0], start)
+                written = self._pwrite(fd, buffers[0], start)
             else:
                 total = sum(map(len, buffers))
-                written = os.pwritev(fd, buffers[:_IOV_MAX], start)
+                written = self._pwritev(fd, buffers[:_IOV_MAX], start)
             if written != total:
                 self._write_rest(buffers, written, start)
         except OSError:
-            os.ftruncate(fd, start)  # never leave a torn batch behind a failed write
+            self._ftruncate(fd, start)  # never leave a torn batch behind a failed write
             raise
         self._bytes_since_index_entry = self.index.append_sparse(
             positions,
@@ -282,7 +302,7 @@ class LogSegment:
                 return
             if written:
                 pending[0] = memoryview(pending[0])[written:]
-            written = os.pwritev(self._descriptor(), pending[:_IOV_MAX], position)
+            written = self._pwritev(self._descriptor(), pending[:_IOV_MAX], position)
             position += written
 
     def rebuild_index(
@@ -306,7 +326,7 @@ class LogSegment:
 
     def truncate_to_position(self, position: int) -> None:
         """Cut the file at `position` (a batch boundary) and drop index entries past it."""
-        os.ftruncate(self._descriptor(), position)
+        self._ftruncate(self._descriptor(), position)
         self.truncations += 1
         self.size = position
         self.index.truncate_to_position(position)
@@ -325,12 +345,12 @@ class LogSegment:
         descriptor if the budget closed ours: fsync acts on the file)."""
         if self._dirty and not self._closed:
             self._dirty = False
-            os.fsync(self._descriptor())
+            self._fsync(self._descriptor())
 
     def sync(self) -> None:
         """fsync unconditionally (after recovery, whatever this process wrote or not)."""
         self._dirty = False
-        os.fsync(self._descriptor())
+        self._fsync(self._descriptor())
 
     @property
     def closed(self) -> bool:
@@ -351,7 +371,7 @@ class LogSegment:
         """Close the descriptor (the file budget evicts it); the next use reopens it."""
         fd, self._fd = self._fd, -1
         if fd >= 0:
-            os.close(fd)
+            self._disk.close(fd)
 
     def idle(self) -> None:
         """Give the descriptor back to the budget now (a rolled, cold segment)."""
@@ -365,5 +385,5 @@ class LogSegment:
 
     def delete_files(self) -> None:
         self.close()
-        self.log_path.unlink(missing_ok=True)
+        self._disk.unlink(self.log_path, missing_ok=True)
         self.index.discard_file()

@@ -122,6 +122,7 @@ class ReplicaManager:
             logs.data_dir,
             max_bytes=config.quarantine_max_bytes,
             max_copy_bytes=config.quarantine_max_copy_bytes,
+            disk=logs.disk,
         )
         #: Brokers that may join an ISR and the broker epoch each must fetch with, shared
         #: by every partition (see `set_isr_eligible`).

@@ -222,13 +222,15 @@ class Partition:
         batch headers of the log after it (the whole log when there is no snapshot)."""
         log = self.log
         directory = log.directory
-        producer_snapshots.delete_above(directory, log.log_end_offset)
+        producer_snapshots.delete_above(directory, log.log_end_offset, disk=log.disk)
         producers: dict[int, ProducerEntry] = {}
         offset = log.log_start_offset
         self._snapshot_offset = -1
         for snapshot in reversed(producer_snapshots.offsets(directory)):
             try:
-                entries = _snapshot_decoder.decode(producer_snapshots.read(directory, snapshot))
+                entries = _snapshot_decoder.decode(
+                    producer_snapshots.read(directory, snapshot, disk=log.disk)
+                )
             except (OSError, msgspec.DecodeError) as exc:
                 logger.warning(
                     "%sdropping unreadable producer snapshot at %s: %s",
@@ -236,7 +238,7 @@ class Partition:
                     snapshot,
                     exc,
                 )
-                producer_snapshots.delete(directory, snapshot)
+                producer_snapshots.delete(directory, snapshot, disk=log.disk)
                 continue
             producers = {entry.producer_id: entry for entry in entries}
             offset = max(offset, snapshot)
@@ -261,8 +263,8 @@ class Partition:
             return
         payload = _snapshot_encoder.encode(list(self.producers.values()))
         try:
-            producer_snapshots.write(log.directory, leo, payload)
-            producer_snapshots.retain_newest(log.directory, PRODUCER_SNAPSHOTS_KEPT)
+            producer_snapshots.write(log.directory, leo, payload, disk=log.disk)
+            producer_snapshots.retain_newest(log.directory, PRODUCER_SNAPSHOTS_KEPT, disk=log.disk)
         except OSError as exc:
             raise LogStorageError(f"{log.name}: cannot write a producer snapshot: {exc}") from exc
         self._snapshot_offset = leo
@@ -804,7 +806,7 @@ class Partition:
             )
             self.log.truncate_fully_and_start_at(reset.start_at)
             self.quarantine.after_truncation(receipt)
-            producer_snapshots.delete_above(self.log.directory, -1)
+            producer_snapshots.delete_above(self.log.directory, -1, disk=self.log.disk)
             self.producers = {}
             self._snapshot_offset = -1
             self._signal()

@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.support.lazyfs import LazyMount, Shadow, unavailable_reason
+from tests.support.lazyfs import LazyMount, unavailable_reason
+from tests.support.shadow import Shadow
 
 # ---- Shadow against a model (no FUSE needed) -------------------------------------------
 

@@ -6,18 +6,20 @@ wired to the simulated network instead of gRPC.
 broker as `broker.app.Broker.serve` does: the real `LogManager` on a directory of its own,
 `ReplicaManager`, `ControllerLink`, `ReplicaServicer`, `BrokerServicer`, and
 `Broker.start_cluster_mode` (fetchers, control servicer, ISR reporter) with the simulated
-ports. A broker crash cancels every task of the process and abandons its logs (no flush,
-no checkpoint, no clean-shutdown file); a restart builds everything again on the same
-directory (a power loss with a new boot id); a wipe deletes the directory first.
+ports. Each broker's files live on its own `SimDisk` (`tests.support.sim_disk`), which
+keeps the writes no fsync covered in memory. A broker crash cancels every task of the
+process and abandons its logs (no flush, no checkpoint, no clean-shutdown file); a power
+loss also drops every unsynced write of every file (segments, indexes, checkpoints, epoch
+caches, producer snapshots, receipts), as the fault suite's lazyfs does; a restart builds
+everything again on the same directory (after a power loss with a new boot id); a wipe
+deletes the directory first.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import random
-import shutil
 from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, cast
@@ -27,7 +29,6 @@ from broker.clock import Clock
 from broker.config import BrokerConfig
 from broker.controller_link import ControllerForwarder, ControllerLink
 from broker.log.manager import LogManager
-from broker.log.partition_log import PartitionLog
 from broker.metadata_cache import BrokerInfo
 from broker.replica.leader_endpoint import GrpcLeaderEndpoint
 from broker.replica.manager import ReplicaManager
@@ -47,26 +48,12 @@ from minikafka.v1 import (
     raft_pb2,
 )
 from tests.sim.replication.network import Network
+from tests.support.sim_disk import SimDisk
 
 logger = logging.getLogger(__name__)
 
 CLUSTER_ID = "sim-cluster-0000000000"
 CONTROLLER_ADDRESS = "controller:9093"
-
-
-def lose_unsynced_records(log: PartitionLog) -> None:
-    """What a power loss does to a partition's records (as the fault suite's lazyfs does):
-    the segment data past the log's recovery point (what its last fsync covered) is gone.
-    Everything else the broker wrote (checkpoints, identity, epoch cache) is written
-    atomically and synced by the storage layer, and is kept."""
-    point = log.recovery_point
-    for segment in list(log._segments):
-        if segment.base_offset >= point and segment.base_offset > log.log_start_offset:
-            os.truncate(segment.log_path, 0)
-            continue
-        found = segment.find_batch(point)
-        if found is not None:
-            os.truncate(segment.log_path, found[0])
 
 
 class _Process:
@@ -209,6 +196,9 @@ class SimBroker(_Process):
         self.port = 9092
         self.address = f"{self.host}:{self.port}"
         self.data_dir = data_root / f"broker-{broker_id}"
+        #: The machine's disk: it outlives the process and loses unsynced writes on a
+        #: power loss.
+        self.disk = SimDisk()
         self.settings = settings
         #: The machine's boot id changes on a power loss (`new_boot`), not on a crash.
         self.boot_number = 0
@@ -241,20 +231,21 @@ class SimBroker(_Process):
 
     async def crash(self, *, wipe: bool = False, lose_unsynced: bool = False) -> None:
         """Kill the process: every task cancelled, logs abandoned as they are on disk;
-        with `lose_unsynced` (a power loss) the records no fsync covered are lost too."""
+        with `lose_unsynced` (a power loss) every write no fsync covered is lost too."""
         self._alive = False
         self._powered_off = lose_unsynced
         self._servicers = {}
         await self._kill_tasks()
         if self.logs is not None:
-            if lose_unsynced:
-                for log in self.logs.all_logs():
-                    lose_unsynced_records(log)
             self.logs.abandon()
             self.logs = None
+        if lose_unsynced:
+            self.disk.power_loss()
+        else:
+            self.disk.process_exit()
         self.broker = None
         if wipe:
-            shutil.rmtree(self.data_dir, ignore_errors=True)
+            self.disk.rmtree(self.data_dir)
 
     async def _run(self) -> None:
         config = self.config()
@@ -266,6 +257,7 @@ class SimBroker(_Process):
             node_id=config.broker_id,
             boot_id=config.unsafe_test_boot_id,
             max_open_files=config.max_open_segment_files,
+            disk=self.disk,
         )
         self.logs = logs
         broker = Broker(config, clock=clock)

@@ -23,6 +23,9 @@ import pytest
 import broker.app
 import controller.engine
 import controller.state_machine
+from broker.config import BrokerConfig
+from broker.log.disk import OS_DISK, Disk
+from broker.log.manager import LogManager
 from broker.log.partition_log import PartitionLog
 from broker.replica.fetcher import ReplicaFetcher
 from broker.replica.isr_reporter import IsrReporter
@@ -37,6 +40,7 @@ from tests.sim.replication.simulator import (
     timed_runs,
 )
 from tests.sim.replication.workload import TOPIC
+from tests.support.sim_disk import SimDisk
 
 #: Seeds per normal test run. Measured on the shared 2-core box: 100 runs in 38 s (157
 #: seeds/min, ~7,500 events/s; each run is 4-12 simulated seconds of a 3-5 broker cluster
@@ -152,7 +156,8 @@ def test_a_seed_replays_across_processes() -> None:
 def test_the_simulation_runs_the_production_classes() -> None:
     """The simulated cluster is built from the classes the production composition roots
     import (the same objects, not copies), and the brokers are wired by the production
-    `Broker.start_cluster_mode`."""
+    `Broker.start_cluster_mode`; the storage classes keep every file on the broker's
+    `SimDisk` (the production broker's are on `OS_DISK`: the next test)."""
     quiet = msgspec.structs.replace(params_for(1), fault_interval_ms=10**9)
     simulation = Simulation(1, params=quiet)
     simulation.run()
@@ -174,14 +179,41 @@ def test_the_simulation_runs_the_production_classes() -> None:
         assert type(inner.fetchers) is _bound(broker.app, "FetcherManager")
         reporter = getattr(inner.replicas.on_isr_proposal, "__self__", None)
         assert type(reporter) is IsrReporter is _bound(broker.app, "IsrReporter")
+        disk = sim_broker.disk
+        assert type(disk) is SimDisk
+        logs = inner.logs
+        assert logs is not None
+        assert logs.disk is logs.files.disk is inner.replicas.quarantine.disk is disk
         for partition in inner.replicas.partitions.values():
             hosted.add(partition.topic)
             assert type(partition) is Partition
             assert type(partition.log) is PartitionLog
+            assert partition.log.disk is partition.log.epoch_cache.disk is disk
+            assert all(s._disk is s.index.disk is disk for s in partition.log._segments)
+        assert disk.fsyncs > 0  # the broker's writes reached it
         assert inner.fetchers is not None
         for fetcher in inner.fetchers.fetchers.values():
             assert type(fetcher) is ReplicaFetcher
     assert TOPIC in hosted
+
+
+async def test_the_production_broker_keeps_its_files_on_the_os_disk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`Broker.serve` (the production composition root) opens its logs on `OS_DISK`."""
+    disks: list[Disk] = []
+
+    async def record_disks(
+        self: broker.app.Broker, logs: LogManager, data_dir: Path, ready: object
+    ) -> None:
+        disks.extend([logs.disk, logs.files.disk])
+
+    monkeypatch.setattr(broker.app.Broker, "_serve", record_disks)
+    config = BrokerConfig(
+        broker_id=1, listen="127.0.0.1:0", data_dir=str(tmp_path), controller="127.0.0.1:1"
+    )
+    await broker.app.Broker(config).serve()
+    assert disks == [OS_DISK, OS_DISK]
 
 
 def _bound(module: ModuleType, name: str) -> object:

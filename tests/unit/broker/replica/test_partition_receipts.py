@@ -227,7 +227,7 @@ async def test_no_truncation_without_a_durable_receipt(
     await diverge(nodes)
     f = nodes[F]
 
-    def disk_full(path: Path, chunks: object) -> None:
+    def disk_full(path: Path, chunks: object, disk: object) -> None:
         raise OSError(errno.ENOSPC, "No space left on device", str(path))
 
     monkeypatch.setattr(q, "_write_synced", disk_full)
