@@ -442,7 +442,13 @@ class Simulation:
         result = self._judge(self.ops)
         self.result = result
         if self._breaches:
-            raise self.violation("replica invariant broken:\n" + "\n".join(self._breaches))
+            # The history's verdict too: a canary's test names the anomalies it expects.
+            raise self.violation(
+                "replica invariant broken:\n"
+                + "\n".join(self._breaches)
+                + "".join(f"\nprocess error: {error}" for error in self._errors)
+                + ("" if result.valid else f"\n{result.to_text()}")
+            )
         if self._errors:
             raise self.violation("process errors:\n" + "\n".join(self._errors))
         if not result.valid:
