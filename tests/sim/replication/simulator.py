@@ -27,11 +27,11 @@ A run:
 While it runs, every applied fetch answer is followed by a check of every replica's log
 (`invariants.CommittedPrefix`: no replica truncates below the high watermark it learned,
 except after an unclean election of that partition or a power loss or wipe of that
-broker); a breach fails the run. `tests.chaos.checker.check` then judges the history (lost or duplicated acknowledged
-writes, reads of unknown or failed values, non-monotonic or skipping reads, reads above
-the HW, latest offsets that went backwards for a client). A run that broke anything
-raises `Violation` with the seed, the parameters, the
-fault schedule and the checker's report.
+broker); a breach fails the run. `tests.chaos.checker.check` then judges the history
+(lost or duplicated acknowledged writes, reads of unknown or failed values, non-monotonic
+or skipping reads, reads above the HW, latest offsets that went backwards for a client).
+A run that broke anything raises `Violation` with the seed, the parameters, the fault
+schedule and the checker's report.
 
 The canary switches (`BrokerConfig.unsafe_test_*`, `ControllerConfig.unsafe_test_*`) are
 passed through `broker_settings` and `controller_settings`, so the same runs prove the
