@@ -129,7 +129,9 @@ def test_canary_hole4_stale_fetch_answers(capsys: pytest.CaptureFixture[str]) ->
     the partition changed leader / log end moved / moved BELOW the fetch offset, step 3
     / released fresh): the trap on one leader->follower link, 4 partitions, preferred x6,
     stale-answer x6, seeds 0..59: 178 / 10 / 5 / 0 / 0; on every link of one leader
-    (as now), seeds 0..39: 152 / 4 / 1 / 0 / 0. Step 3 needs the follower AHEAD of the
+    (as now; holds up to 3 s), seeds 0..39: 152 / 4 / 1 / 0 / 0; `HOLE4_BIAS` plus 4
+    pause slots (a paused new leader lags), seeds 0..29 with the fix off: no answer
+    released fresh, no violation. Step 3 needs the follower AHEAD of the
     new leader when its partition moves; a held answer stops the follower where it is
     while the new leader keeps fetching from the old one and passes it within a round
     trip, so the partition must move within one round trip of the hold (or the new
