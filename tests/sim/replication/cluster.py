@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -30,8 +30,8 @@ from broker.config import BrokerConfig
 from broker.controller_link import ControllerForwarder, ControllerLink
 from broker.log.manager import LogManager
 from broker.metadata_cache import BrokerInfo
-from broker.replica.leader_endpoint import GrpcLeaderEndpoint
-from broker.replica.manager import ReplicaManager
+from broker.replica.leader_endpoint import GrpcLeaderEndpoint, LeaderEndpoint, ReplicaFetch
+from broker.replica.manager import FetchResult, ReplicaManager
 from broker.server.broker_servicer import BrokerServicer, ReplicaServicer
 from controller.app import raft_config
 from controller.config import ControllerConfig
@@ -48,12 +48,36 @@ from minikafka.v1 import (
     raft_pb2,
 )
 from tests.sim.replication.network import Network
+from tests.sim.replication.vloop import VirtualTimeLoop
 from tests.support.sim_disk import SimDisk
 
 logger = logging.getLogger(__name__)
 
 CLUSTER_ID = "sim-cluster-0000000000"
 CONTROLLER_ADDRESS = "controller:9093"
+
+
+class ObservedEndpoint:
+    """A follower fetcher's leader endpoint that calls `applied` once the fetcher has
+    applied an answer: the fetcher applies every partition's answer in the step in which
+    `fetch` returns (no await in between), so a callback run at the end of that turn of
+    the loop (`VirtualTimeLoop.after_turn`: no turn, no tick of its own, the run stays
+    the same) sees the logs as that answer left them. The simulation checks its replica
+    invariants there (`invariants`)."""
+
+    def __init__(self, inner: LeaderEndpoint, applied: Callable[[], None]) -> None:
+        self._inner = inner
+        self._applied = applied
+
+    async def fetch(self, request: ReplicaFetch) -> Sequence[FetchResult]:
+        results = await self._inner.fetch(request)
+        loop = asyncio.get_running_loop()
+        assert isinstance(loop, VirtualTimeLoop)
+        loop.after_turn(self._applied)
+        return results
+
+    async def close(self) -> None:
+        await self._inner.close()
 
 
 class _Process:
@@ -187,6 +211,7 @@ class SimBroker(_Process):
         data_root: Path,
         *,
         settings: dict[str, Any],
+        fetch_applied: Callable[[SimBroker], None] | None = None,
     ) -> None:
         super().__init__(f"broker-{broker_id}")
         self.broker_id = broker_id
@@ -200,6 +225,8 @@ class SimBroker(_Process):
         #: power loss.
         self.disk = SimDisk()
         self.settings = settings
+        #: Called after each fetch answer this broker's fetchers applied (invariants).
+        self.fetch_applied = fetch_applied
         #: The machine's boot id changes on a power loss (`new_boot`), not on a crash.
         self.boot_number = 0
         self.broker: Broker | None = None
@@ -309,14 +336,19 @@ class SimBroker(_Process):
                 link,
                 replicas,
                 tasks,
-                connect=lambda leader: GrpcLeaderEndpoint(
-                    leader,
-                    stub=cast(
-                        "broker_pb2_grpc.ReplicaServiceAsyncStub",
-                        self.network.stub(
-                            self.name, f"{leader.host}:{leader.port}", "ReplicaService"
-                        ),
-                    ),
-                ),
+                connect=self._leader_endpoint,
             )
             tasks.create_task(broker._housekeeping(logs), name="housekeeping")
+
+    def _leader_endpoint(self, leader: BrokerInfo) -> LeaderEndpoint:
+        endpoint = GrpcLeaderEndpoint(
+            leader,
+            stub=cast(
+                "broker_pb2_grpc.ReplicaServiceAsyncStub",
+                self.network.stub(self.name, f"{leader.host}:{leader.port}", "ReplicaService"),
+            ),
+        )
+        if self.fetch_applied is None:
+            return endpoint
+        observer = self.fetch_applied
+        return ObservedEndpoint(endpoint, lambda: observer(self))

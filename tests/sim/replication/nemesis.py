@@ -1,6 +1,9 @@
 """The simulation's nemesis: crashes, power losses, wipes, pauses, link cuts (one-way
-too), link stalls (`hold`, only when a canary adds it to `SimParams.extra_actions`) and
-elections, drawn from the run's generator and written to its fault schedule."""
+too), link stalls (`hold`) and fetch answers held until they look fresh (`stale-answer`),
+both only when a canary adds them to `SimParams.extra_actions`, and elections, drawn
+from the run's generator and written to its fault schedule. It tells the simulation's
+replica invariant (`invariants.CommittedPrefix`) about power losses, wipes and unclean
+elections."""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ from controller.model import NO_LEADER
 from controller.state_machine import ElectionType
 from minikafka.errors import ErrorCode
 from tests.sim.replication.cluster import SimBroker
+from tests.sim.replication.stale_answers import FreshLookingAnswer
 
 if TYPE_CHECKING:
     from tests.sim.replication.simulator import Simulation
@@ -74,6 +78,20 @@ class Nemesis:
                 now_s = asyncio.get_running_loop().time()
                 self.sim.network.hold(source, target, now_s + hold_ms / 1000)
                 self.sim.note(f"hold {source} -> {target} for {hold_ms} ms")
+            elif action == "stale-answer":
+                # A leader's next fetch answer with records to each other broker arrives
+                # when it looks fresh (`stale_answers`), or after at most 200..hold_max_ms:
+                # all its followers stall where they are, as behind a congested switch.
+                leaders = self._leaders()
+                if not leaders:
+                    continue
+                leader = self.sim.rng.choice(leaders)
+                bound_ms = self.sim.rng.randint(200, params.hold_max_ms)
+                for follower in self.sim.brokers:
+                    if follower is not leader:
+                        trap = FreshLookingAnswer(follower, bound_ms / 1000, self.sim.note)
+                        self.sim.network.trap_answer(leader.name, follower.name, trap)
+                self.sim.note(f"stale-answer from {leader.name} ({bound_ms} ms)")
             elif action == "pause":
                 if not up:
                     continue
@@ -102,7 +120,17 @@ class Nemesis:
                         and before.get(key) == NO_LEADER
                     ):
                         self.sim.unclean_elected = True
+                        self.sim.committed_prefix.unclean_election(key)
                         self.sim.note(f"  unclean: {key} led by broker {outcome.leader}")
+
+    def _leaders(self) -> list[SimBroker]:
+        """The brokers leading a partition, as the controller has them, in id order."""
+        led = {
+            registration.leader
+            for registration in self.sim.engine.state.partitions.values()
+            if registration.leader != NO_LEADER
+        }
+        return [self.sim.broker(broker_id) for broker_id in sorted(led)]
 
     def _side(self, work: Coroutine[Any, Any, None]) -> None:
         """A delayed nemesis step (restart, heal, resume), kept until it ran."""
@@ -118,6 +146,7 @@ class Nemesis:
         await broker.crash(wipe=wipe, lose_unsynced=power_loss)
         if power_loss:
             broker.new_boot()
+            self.sim.committed_prefix.data_lost(broker.broker_id)
 
     async def _restart_later(self, broker: SimBroker, delay_ms: int) -> None:
         await asyncio.sleep(delay_ms / 1000)

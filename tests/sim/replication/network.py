@@ -56,13 +56,33 @@ class ProcessHost(Protocol):
         """Returns at once unless the process is paused (then when it is resumed)."""
 
 
+class AnswerTrap(Protocol):
+    """An adversarial delivery fault armed on a link (`Network.trap_answer`): it catches
+    one answer travelling that link and decides when it arrives."""
+
+    def catches(self, method: str, request: ProtoMessage, answer: ProtoMessage) -> bool:
+        """Whether this is the answer to hold (the trap is spent once it returns True)."""
+
+    async def release(self, request: ProtoMessage, answer: ProtoMessage) -> None:
+        """Returns when the held answer is to arrive (bounded: nothing is lost)."""
+
+
 class LinkState:
     """Faults on one directed link."""
 
-    __slots__ = ("cut", "drop_rate", "duplicate_rate", "held_until_s", "max_delay_ms")
+    __slots__ = (
+        "answer_trap",
+        "cut",
+        "drop_rate",
+        "duplicate_rate",
+        "held_until_s",
+        "max_delay_ms",
+    )
 
     def __init__(self, *, drop_rate: float, duplicate_rate: float, max_delay_ms: int) -> None:
         self.cut = False
+        #: Armed by `Network.trap_answer`: holds the next answer it catches on this link.
+        self.answer_trap: AnswerTrap | None = None
         #: Virtual time until which the link is stalled (`Network.hold`): a message that
         #: would arrive before then arrives then instead (nothing lost).
         self.held_until_s = 0.0
@@ -150,10 +170,16 @@ class Network:
         state = self.link(source, target)
         state.held_until_s = max(state.held_until_s, until_s)
 
+    def trap_answer(self, source: str, target: str, trap: AnswerTrap) -> None:
+        """Arm `trap` on the directed link: the next answer from `source` to `target` it
+        catches arrives when the trap releases it (a later trap replaces an unsprung one)."""
+        self.link(source, target).answer_trap = trap
+
     def quiet(self) -> None:
         """A lossless network from now on (the final phase)."""
         self._defaults = (0.0, 0.0, self._defaults[2])
         for state in self.links.values():
+            state.answer_trap = None
             state.cut = False
             state.held_until_s = 0.0
             state.drop_rate = 0.0
@@ -250,6 +276,11 @@ class Network:
         fate = await self._transit(target.name, source)
         if fate is not _ARRIVED:  # handled, but the caller cannot know
             await self._lost(fate, f"the answer of {service}.{method} from {address}")
+        back = self.link(target.name, source)
+        trap = back.answer_trap
+        if trap is not None and trap.catches(method, request, response):
+            back.answer_trap = None
+            await trap.release(request, response)
         return _copy(response)
 
     async def _handle(

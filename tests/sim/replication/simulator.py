@@ -24,11 +24,14 @@ A run:
    partition has a leader, final polls read each partition from offset 0 to its high
    watermark.
 
-`tests.chaos.checker.check` then judges the history (lost or duplicated acknowledged
-writes, reads of unknown or failed values, non-monotonic or skipping reads, reads above
-the HW, latest offsets that went backwards for a client). A run that broke anything
-raises `Violation` with the seed, the parameters, the
-fault schedule and the checker's report.
+While it runs, every applied fetch answer is followed by a check of every replica's log
+(`invariants.CommittedPrefix`: no replica truncates below the high watermark it learned,
+except after an unclean election of that partition or a power loss or wipe of that
+broker); a breach fails the run. `tests.chaos.checker.check` then judges the history
+(lost or duplicated acknowledged writes, reads of unknown or failed values, non-monotonic
+or skipping reads, reads above the HW, latest offsets that went backwards for a client).
+A run that broke anything raises `Violation` with the seed, the parameters, the fault
+schedule and the checker's report.
 
 The canary switches (`BrokerConfig.unsafe_test_*`, `ControllerConfig.unsafe_test_*`) are
 passed through `broker_settings` and `controller_settings`, so the same runs prove the
@@ -62,6 +65,7 @@ from tests.chaos.checker import UNCLEAN_EXPECTED, CheckResult, check
 from tests.chaos.history import History, Op
 from tests.sim.replication.client_workload import ClientWorkload
 from tests.sim.replication.cluster import CONTROLLER_ADDRESS, SimBroker, SimController
+from tests.sim.replication.invariants import CommittedPrefix
 from tests.sim.replication.nemesis import Nemesis
 from tests.sim.replication.network import Network
 from tests.sim.replication.vloop import SimClock, SimulationStuckError, VirtualTimeLoop
@@ -286,6 +290,10 @@ class Simulation:
         self._errors: list[str] = []
         #: Set when an unclean election elected a leader: its losses are then allowed.
         self.unclean_elected = False
+        #: No replica truncates below the HW it learned (checked after every applied
+        #: fetch answer; the nemesis reports power losses, wipes, unclean elections).
+        self.committed_prefix = CommittedPrefix()
+        self._breaches: list[str] = []
         self.workload = Workload(self)
         self.nemesis = Nemesis(self)
         self.topics = [TOPIC] + ([ACKS1_TOPIC] if self.params.acks_all_share < 1 else [])
@@ -375,7 +383,14 @@ class Simulation:
             **self.broker_settings,
         }
         self.brokers = [
-            SimBroker(broker_id, network, clock, root, settings=settings)
+            SimBroker(
+                broker_id,
+                network,
+                clock,
+                root,
+                settings=settings,
+                fetch_applied=self.check_replicas,
+            )
             for broker_id in range(1, params.brokers + 1)
         ]
         for broker in self.brokers:
@@ -426,6 +441,14 @@ class Simulation:
         self.ops = history.ops
         result = self._judge(self.ops)
         self.result = result
+        if self._breaches:
+            # The history's verdict too: a canary's test names the anomalies it expects.
+            raise self.violation(
+                "replica invariant broken:\n"
+                + "\n".join(self._breaches)
+                + "".join(f"\nprocess error: {error}" for error in self._errors)
+                + ("" if result.valid else f"\n{result.to_text()}")
+            )
         if self._errors:
             raise self.violation("process errors:\n" + "\n".join(self._errors))
         if not result.valid:
@@ -442,6 +465,27 @@ class Simulation:
             faults=self.nemesis.faults,
             crashes=self.nemesis.crashes,
         )
+
+    def check_replicas(self, fetched: SimBroker) -> None:
+        """`CommittedPrefix` over every partition of every running broker, after
+        `fetched` applied a fetch answer (the only step in which a replica truncates; the
+        leaders' HWs are seen there too). A breach is noted in the schedule and fails the
+        run at its end."""
+        for broker in self.brokers:
+            inner = broker.broker
+            if not broker.alive or inner is None or not hasattr(inner, "replicas"):
+                continue
+            for key, partition in inner.replicas.partitions.items():
+                log = partition.log
+                breach = self.committed_prefix.observe(
+                    broker.broker_id,
+                    key,
+                    log_end_offset=log.log_end_offset,
+                    high_watermark=log.high_watermark,
+                )
+                if breach is not None:
+                    self.note(f"invariant: {breach.describe()}")
+                    self._breaches.append(f"{self.clock.monotonic_ms()} ms  {breach.describe()}")
 
     def _judge(self, ops: list[Op]) -> CheckResult:
         """The checker's verdict on the acks=all topic (nothing acknowledged may be lost
@@ -564,6 +608,8 @@ class Simulation:
             ]
             self.note(f"operator: unclean election (longest log) for offline {offline}")
             self.unclean_elected = True
+            for key in offline:
+                self.committed_prefix.unclean_election(key)
             await self.engine.elect_leaders(election_type=ElectionType.UNCLEAN, partitions=offline)
         await self._until(self._all_led, "every partition led after recovery")
         # A new leader's HW may lag its log until its followers fetched (KIP-207): wait for

@@ -65,13 +65,24 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
         self._spins = 0
         #: Times the clock jumped (a measure of simulated work, reported as "events").
         self.jumps = 0
+        self._after_turn: list[Callable[[], None]] = []
 
     def time(self) -> float:
         return self._virtual_s
 
+    def after_turn(self, callback: Callable[[], None]) -> None:
+        """Run `callback` once the handles of this turn of the loop have run, within the
+        turn: unlike `call_soon` it takes no turn of its own, so the clock does not tick
+        for it and an observer (the simulation's invariant checks) leaves a run unchanged."""
+        self._after_turn.append(callback)
+
     def _run_once(self) -> None:
         before = self.jumps
         super()._run_once()  # type: ignore[misc]
+        while self._after_turn:
+            callbacks, self._after_turn = self._after_turn, []
+            for callback in callbacks:
+                callback()
         if self.jumps != before:
             self._spins = 0
             return
