@@ -331,4 +331,4 @@ class AsyncConsumer(PositionCalls):
     def __aiter__(self) -> AsyncIterator[ConsumerRecord]:
         """Records until `consumer_timeout_ms` passes without one, or the consumer
         is stopped (as aiokafka's `async for` ends)."""
-        return iterate_records(self.getmany, self.consumer_timeout_ms)
+        return iterate_records(self.getmany, self.consumer_timeout_ms, self.clock)

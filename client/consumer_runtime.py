@@ -12,7 +12,7 @@ from client.fetcher import Fetcher
 from client.metrics import ConsumerMetrics
 from client.records import Deserializer
 from client.subscription import SubscriptionState
-from client.transport import BrokerConnections
+from client.transport import BrokerConnections, ClientPorts
 from minikafka.tls import TlsMaterial
 
 
@@ -44,6 +44,7 @@ class ConsumerRuntime(NamedTuple):
             metadata_max_age_ms=int(config.metadata_max_age_ms),
             client_id=client_id,
             tls=tls,
+            ports=ClientPorts(clock_s=clock),
         )
         metrics = ConsumerMetrics(clock() * 1000)
         fetcher = Fetcher(
