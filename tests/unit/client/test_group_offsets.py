@@ -11,6 +11,8 @@ only when no newer epoch arrives within the request timeout.
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Callable
 from typing import Any, cast
 
 import pytest
@@ -76,6 +78,7 @@ def offsets_of(
     heartbeat_brings: int | None,
     heartbeat_alive: bool = True,
     request_timeout_ms: int = 300,
+    clock_s: Callable[[], float] = time.monotonic,
 ) -> tuple[GroupOffsets, list[int]]:
     """GroupOffsets on `coordinator`; asking for a heartbeat schedules its answer, which
     brings epoch `heartbeat_brings` (None: the heartbeat brings nothing new);
@@ -87,7 +90,8 @@ def offsets_of(
         ports=ClientPorts(
             stub_factory=lambda _address: cast(
                 "broker_pb2_grpc.BrokerServiceAsyncStub", coordinator
-            )
+            ),
+            clock_s=clock_s,
         ),
     )
     asked: list[int] = []
@@ -281,23 +285,12 @@ async def test_the_request_deadline_is_read_on_the_connections_clock() -> None:
         readings.append(len(readings) * 20.0)
         return readings[-1]
 
-    conn = BrokerConnections(
-        "127.0.0.1:1",
+    offsets, _asked = offsets_of(
+        coordinator,
+        joined_at(5),
+        heartbeat_brings=None,
         request_timeout_ms=LONG_TIMEOUT_MS,
-        retry_backoff_ms=1,
-        ports=ClientPorts(
-            stub_factory=lambda _address: cast(
-                "broker_pb2_grpc.BrokerServiceAsyncStub", coordinator
-            ),
-            clock_s=clock_s,
-        ),
-    )
-    offsets = GroupOffsets(
-        GROUP,
-        identity=joined_at(5),
-        coordinator=CoordinatorLink(GROUP, conn),
-        subscription=SubscriptionState([TP.topic], None),
-        heartbeat_now=lambda: True,
+        clock_s=clock_s,
     )
     with pytest.raises(MiniKafkaError, match="COORDINATOR_LOAD_IN_PROGRESS"):
         await asyncio.wait_for(offsets.fetch_committed([TP]), NO_WAIT_GUARD_S)
