@@ -1,0 +1,123 @@
+"""The replication simulation with the real client's consumer as a workload
+(`consumer_workload`): `AsyncConsumer`s reading `t` through the simulated network, beside
+the idempotent `AsyncProducer`s (`client_workload`), under the seeds' faults.
+
+- `test_client_consumer_seeded_runs`: `CONSUMER_SEED_COUNT` seeds with `CLIENT_PRODUCERS`
+  producers and `CLIENT_CONSUMERS` consumers; env `MINIKAFKA_SIM_CONSUMER_SEEDS` /
+  `MINIKAFKA_SIM_CONSUMER_FIRST_SEED` run more.
+- `test_replay_one_client_consumer_seed`: `MINIKAFKA_SIM_CONSUMER_SEED=<n>` replays one.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import msgspec
+import pytest
+
+import client.consumer
+import tests.sim.replication.consumer_workload
+from tests.sim.replication.network import SimStub
+from tests.sim.replication.simulator import RunStats, SimParams, Simulation, params_for, run_digest
+
+#: Seeds per normal test run.
+CONSUMER_SEED_COUNT = 10
+CLIENT_PRODUCERS = 2
+CLIENT_CONSUMERS = 2
+
+
+def consumer_params(seed: int) -> SimParams:
+    return msgspec.structs.replace(
+        params_for(seed), client_producers=CLIENT_PRODUCERS, client_consumers=CLIENT_CONSUMERS
+    )
+
+
+def _run(seed: int) -> tuple[RunStats, Simulation]:
+    simulation = Simulation(seed, params=consumer_params(seed))
+    return simulation.run(), simulation
+
+
+def test_client_consumer_seeded_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    count = int(os.environ.get("MINIKAFKA_SIM_CONSUMER_SEEDS", CONSUMER_SEED_COUNT))
+    first = int(os.environ.get("MINIKAFKA_SIM_CONSUMER_FIRST_SEED", 0))
+    seeds = range(first, first + count)
+    started = time.perf_counter()
+    runs = [_run(seed) for seed in seeds]
+    elapsed = time.perf_counter() - started
+    read = {stats.seed: simulation.client_consumers.read for stats, simulation in runs}
+    with capsys.disabled():
+        print(
+            f"\nReplication simulation with the real consumer: seeds {seeds.start}.."
+            f"{seeds.stop - 1}: {len(runs)} runs in {elapsed:.1f} s "
+            f"({len(runs) / elapsed * 60:.0f} seeds/min); client consumers read "
+            f"{sum(read.values())} records in "
+            f"{sum(s.client_consumers.polls for _, s in runs)} polls, restarted after "
+            f"{sum(s.client_consumers.failures for _, s in runs)} errors; faults "
+            f"{sum(stats.faults for stats, _ in runs)}, crashes "
+            f"{sum(stats.crashes for stats, _ in runs)}"
+        )
+    # Every run's real consumers read under faults: the checker judged their polls.
+    assert all(count > 0 for count in read.values()), read
+    assert sum(1 for stats, _ in runs if stats.crashes) > len(runs) // 2
+
+
+def test_the_consumer_workload_runs_the_production_consumer() -> None:
+    """The consumers are `client.consumer.AsyncConsumer` itself (not a copy or a
+    subclass), reaching the brokers only through simulated-network stubs from
+    `client-consumer-<n>`, on the loop's clock, and their polls are in the history."""
+    workload_module = vars(tests.sim.replication.consumer_workload)
+    assert workload_module["AsyncConsumer"] is client.consumer.AsyncConsumer
+    quiet = msgspec.structs.replace(consumer_params(1), fault_interval_ms=10**9)
+    simulation = Simulation(1, params=quiet)
+    simulation.run()
+    workload = simulation.client_consumers
+    assert len(workload.consumers) == CLIENT_CONSUMERS  # no fault: none restarted
+    for number, consumer in enumerate(workload.consumers, start=1):
+        assert type(consumer) is client.consumer.AsyncConsumer
+        runtime = consumer._runtime
+        assert runtime is not None
+        assert runtime.conn.clock_s == consumer.clock
+        stub = runtime.conn.stub(simulation.brokers[0].address)
+        inner = getattr(stub, "stub", None)
+        assert isinstance(inner, SimStub)
+        assert inner.source == f"client-consumer-{number}"
+    polls = [
+        op
+        for op in simulation.ops
+        if op["type"] == "ok"
+        and op.get("f") == "poll"
+        and str(op["process"]).startswith("client-consumer-")
+    ]
+    assert len(polls) == workload.polls > 0
+    assert sum(len(rows) for op in polls for rows in op["value"][0][1].values()) == workload.read
+    assert all(set(op["hw"]) == set(op["value"][0][1]) for op in polls)
+
+
+def test_a_client_consumer_seed_replays_exactly() -> None:
+    """The same seed twice: the same history (every op at its virtual time), fault
+    schedule and outcome."""
+    seed = 2
+    first = run_digest(seed, client_producers=CLIENT_PRODUCERS, client_consumers=CLIENT_CONSUMERS)
+    again = run_digest(seed, client_producers=CLIENT_PRODUCERS, client_consumers=CLIENT_CONSUMERS)
+    assert first == again
+    assert int(first.rsplit(":", 1)[1]) > 0
+
+
+def test_the_default_seeds_run_no_client_consumer() -> None:
+    assert params_for(5).client_consumers == 0
+
+
+def test_replay_one_client_consumer_seed(capsys: pytest.CaptureFixture[str]) -> None:
+    seed = os.environ.get("MINIKAFKA_SIM_CONSUMER_SEED")
+    if seed is None:
+        pytest.skip("set MINIKAFKA_SIM_CONSUMER_SEED=<n> to replay one client consumer seed")
+    simulation = Simulation(int(seed), params=consumer_params(int(seed)))
+    try:
+        stats = simulation.run()
+    finally:
+        with capsys.disabled():
+            print(f"\nparams: {simulation.params}")
+            print("\n".join(simulation.schedule))
+    with capsys.disabled():
+        print(stats, f"client consumers read {simulation.client_consumers.read}")
