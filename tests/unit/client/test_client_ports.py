@@ -236,3 +236,56 @@ def test_the_consumer_fetches_through_the_ports_on_virtual_time() -> None:
     assert empty_without_channels
     assert stub.calls[:2] == ["Metadata", "ListOffsets"]
     assert "Fetch" in stub.calls
+
+
+class LeaderlessStub(FakeStub):
+    """Once `offline`, partition 0 of `t` has no leader: metadata says so (answered at
+    once) and a Fetch is refused with NOT_LEADER_OR_FOLLOWER."""
+
+    offline = False
+
+    async def Metadata(self, request: Any, **_options: Any) -> broker_pb2.MetadataResponse:
+        response = await super().Metadata(request)
+        for topic in response.topics:
+            for partition in topic.partitions:
+                partition.leader = -1 if self.offline else partition.leader
+        return response
+
+    async def Fetch(
+        self, request: broker_pb2.FetchRequest, **_options: Any
+    ) -> broker_pb2.FetchResponse:
+        if not self.offline:
+            return await super().Fetch(request)
+        self.calls.append("Fetch")
+        part = request.partitions[0]
+        answer = broker_pb2.FetchPartitionResponse(
+            topic=part.topic, partition=part.partition, error_code=ErrorCode.NOT_LEADER_OR_FOLLOWER
+        )
+        return broker_pb2.FetchResponse(partitions=[answer])
+
+
+def test_the_fetcher_backs_off_its_metadata_refreshes_while_a_leader_is_missing() -> None:
+    """While an assigned partition has no leader the fetcher asks for metadata every
+    `retry_backoff_ms`, not again as soon as each answer wakes it (the simulator saw
+    ~1000 Metadata requests per second from each consumer while a partition was offline,
+    as fast as the brokers answered)."""
+    stub = LeaderlessStub()
+
+    async def main(loop: asyncio.AbstractEventLoop) -> None:
+        consumer = AsyncConsumer(
+            bootstrap_servers=ADDRESS,
+            retry_backoff_ms=100,
+            ports=ClientPorts(stub_factory=lambda _address: cast(Any, stub), clock_s=loop.time),
+        )
+        async with asyncio.timeout(60), consumer:
+            partition = TopicPartition("t", 0)
+            consumer.assign([partition])
+            await consumer.seek_to_beginning(partition)
+            assert len((await consumer.getmany(timeout_ms=1000))[partition]) == 1
+            stub.offline = True
+            stub.calls.clear()
+            assert await consumer.getmany(timeout_ms=2000) == {}
+
+    run_virtually(main)
+    refreshes = stub.calls.count("Metadata")
+    assert 10 <= refreshes <= 25, refreshes  # one per 100 ms back-off over 2 s
