@@ -6,25 +6,40 @@ the idempotent `AsyncProducer`s (`client_workload`), under the seeds' faults.
   producers and `CLIENT_CONSUMERS` consumers; env `MINIKAFKA_SIM_CONSUMER_SEEDS` /
   `MINIKAFKA_SIM_CONSUMER_FIRST_SEED` run more.
 - `test_replay_one_client_consumer_seed`: `MINIKAFKA_SIM_CONSUMER_SEED=<n>` replays one.
+- The canary runs the same seeds with the unsafe HW (`unsafe_test_hw_is_leo`) and requires
+  the real consumers themselves to have read acknowledged values that then vanished.
 """
 
 from __future__ import annotations
 
 import os
 import time
+from typing import Any
 
 import msgspec
 import pytest
 
 import client.consumer
 import tests.sim.replication.consumer_workload
+from tests.chaos import checker
 from tests.sim.replication.network import SimStub
-from tests.sim.replication.simulator import RunStats, SimParams, Simulation, params_for, run_digest
+from tests.sim.replication.simulator import (
+    RunStats,
+    SimParams,
+    Simulation,
+    Violation,
+    _only_topic,
+    params_for,
+    run_digest,
+)
+from tests.sim.replication.workload import TOPIC
 
 #: Seeds per normal test run.
 CONSUMER_SEED_COUNT = 10
 CLIENT_PRODUCERS = 2
 CLIENT_CONSUMERS = 2
+#: The unsafe HW must be seen through the real consumers' reads within this many seeds.
+CANARY_SEEDS = 10
 
 
 def consumer_params(seed: int) -> SimParams:
@@ -121,3 +136,40 @@ def test_replay_one_client_consumer_seed(capsys: pytest.CaptureFixture[str]) -> 
             print("\n".join(simulation.schedule))
     with capsys.disabled():
         print(stats, f"client consumers read {simulation.client_consumers.read}")
+
+
+def _vanished_from_client_consumers(simulation: Simulation) -> list[dict[str, Any]]:
+    """Values the real consumers' polls returned that the final polls no longer find."""
+    ops = checker.completions(_only_topic(simulation.ops, TOPIC))
+    final = checker.reads_of(ops, final_only=True)
+    theirs = [
+        op for op in ops if op.get("final") or str(op["process"]).startswith("client-consumer-")
+    ]
+    return checker.vanished(checker.reads_of(theirs), final)
+
+
+def test_canary_unsafe_high_watermark_is_read_by_the_real_consumer(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`unsafe_test_hw_is_leo`: a leader answers acks=all and serves records before its
+    followers have them, so a leader crash takes them away. The real consumer, fetching
+    below the HW its leader announces, must be among the readers of such a value (a
+    `vanished` read of its own, not only the hand-built consumers' or the final polls')."""
+    for seed in range(CANARY_SEEDS):
+        simulation = Simulation(
+            seed,
+            params=consumer_params(seed),
+            broker_settings={"unsafe_test_hw_is_leo": True},
+        )
+        try:
+            simulation.run()
+        except Violation:
+            vanished = _vanished_from_client_consumers(simulation)
+            if vanished:
+                with capsys.disabled():
+                    print(
+                        f"\ncanary unsafe_test_hw_is_leo through the real consumer: seed "
+                        f"{seed}, {len(vanished)} vanished values it had read"
+                    )
+                return
+    pytest.fail(f"no real consumer read a vanished value in {CANARY_SEEDS} seeds")
