@@ -13,7 +13,10 @@ the idempotent `AsyncProducer`s (`client_workload`), under the seeds' faults.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -117,6 +120,36 @@ def test_a_client_consumer_seed_replays_exactly() -> None:
     again = run_digest(seed, client_producers=CLIENT_PRODUCERS, client_consumers=CLIENT_CONSUMERS)
     assert first == again
     assert int(first.rsplit(":", 1)[1]) > 0
+
+
+#: Each process runs this: objects allocated first shift the address of every later one.
+_DIGEST_SCRIPT = """
+import sys
+ballast = [object() for _ in range(int(sys.argv[1]))]
+from tests.sim.replication.simulator import run_digest
+print(run_digest(int(sys.argv[2]), client_producers=2, client_consumers=2))
+"""
+
+
+def test_a_client_consumer_seed_replays_across_processes() -> None:
+    """The same seed in two fresh processes with different str hashes and memory
+    layouts (what the consumer's sets of topics, partitions and tasks iterate by) gives
+    the same digest, as `MINIKAFKA_SIM_CONSUMER_SEED=<n>` needs to replay a failure."""
+    root = Path(__file__).resolve().parents[3]
+    digests = []
+    for hash_seed, ballast in (("1", 0), ("2", 77_777)):
+        finished = subprocess.run(
+            [sys.executable, "-c", _DIGEST_SCRIPT, str(ballast), "2"],
+            cwd=root,
+            env={**os.environ, "PYTHONHASHSEED": hash_seed},
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        assert finished.returncode == 0, finished.stderr[-3000:]
+        digests.append(finished.stdout.strip())
+    assert digests[0] == digests[1] != ""
 
 
 def test_the_default_seeds_run_no_client_consumer() -> None:
