@@ -4,7 +4,6 @@ broker (which forwards to the controller) with failover until the request timeou
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from types import TracebackType
 from typing import Self, TypeVar
@@ -91,7 +90,7 @@ class AdminBase:
         are retried until the request timeout."""
         if self._closed:
             raise IllegalStateError(f"{what}: the admin client is closed")
-        deadline = time.monotonic() + self.request_timeout_ms / 1000
+        deadline = self._conn.clock_s() + self.request_timeout_ms / 1000
         errors: list[str] = []
         while True:
             for address in self._conn.any_stub_addresses():
@@ -110,7 +109,7 @@ class AdminBase:
                             f"{what} failed at {address}: {exc.code().name} {exc.details()}"
                         ) from exc
                     errors.append(f"{address}: {exc.code().name}")
-            if time.monotonic() >= deadline:
+            if self._conn.clock_s() >= deadline:
                 raise NoBrokersAvailable(f"{what}: no broker answered ({'; '.join(errors[-3:])})")
             await asyncio.sleep(self.retry_backoff_ms / 1000)
 

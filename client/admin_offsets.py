@@ -4,7 +4,6 @@ leader and retried on retriable errors until the request timeout."""
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Iterable
 from typing import Final
 
@@ -55,7 +54,7 @@ class OffsetAdmin(AdminBase):
                 f"list_offsets(): spec must be 'earliest', 'latest' or a timestamp in ms >= 0, "
                 f"got {spec!r}"
             )
-        deadline = time.monotonic() + self.request_timeout_ms / 1000
+        deadline = self._conn.clock_s() + self.request_timeout_ms / 1000
         result: dict[TopicPartition, OffsetInfo] = {}
         pending = list(dict.fromkeys(wanted))
         while True:
@@ -119,7 +118,7 @@ class OffsetAdmin(AdminBase):
             fatal = [p for p in problems.values() if not p.retriable]
             if fatal:
                 raise fatal[0]
-            if time.monotonic() >= deadline:
+            if self._conn.clock_s() >= deadline:
                 first = problems.get(pending[0])
                 if first is not None:
                     raise first

@@ -37,6 +37,7 @@ from client.positions import ConsumerPositions
 from client.records import ConsumerRecord, Deserializer, TopicPartition
 from client.security import client_tls
 from client.subscription import SubscriptionState
+from client.transport import ClientPorts
 
 __all__ = ["AsyncConsumer"]
 
@@ -85,7 +86,10 @@ class AsyncConsumer(PositionCalls):
         session_timeout_ms: int = 45_000,
         heartbeat_interval_ms: int = 3_000,
         max_poll_interval_ms: int = 300_000,
+        ports: ClientPorts | None = None,
     ) -> None:
+        """`ports` (`client.transport.ClientPorts`; None: production's): the stub factory
+        and monotonic clock of every request, deadline and timer of the consumer."""
         self.tls = client_tls(
             security_protocol=security_protocol,
             ssl_cafile=ssl_cafile,
@@ -109,9 +113,10 @@ class AsyncConsumer(PositionCalls):
             isolation_level=isolation_level,
         )
         self.consumer_timeout_ms = config.consumer_timeout_ms
-        #: Monotonic seconds for the fetcher, the delivery and the metrics (tests may
-        #: replace it before `start()`).
-        self.clock: Callable[[], float] = time.monotonic
+        #: Monotonic seconds for the connections, the fetcher, the delivery, the metrics
+        #: and the group (tests may replace it before `start()`): the `ports` clock if given.
+        self.clock: Callable[[], float] = time.monotonic if ports is None else ports.clock_s
+        self._stub_factory = None if ports is None else ports.stub_factory
         self.deserializers = (key_deserializer, value_deserializer)
         self.bootstrap_servers = bootstrap_servers
         self.client_id = client_id
@@ -147,7 +152,7 @@ class AsyncConsumer(PositionCalls):
             return
         runtime = self._runtime = ConsumerRuntime.create(
             config=self.config,
-            clock=self.clock,
+            ports=ClientPorts(stub_factory=self._stub_factory, clock_s=self.clock),
             bootstrap_servers=self.bootstrap_servers,
             client_id=self.client_id,
             tls=self.tls,
@@ -331,4 +336,4 @@ class AsyncConsumer(PositionCalls):
     def __aiter__(self) -> AsyncIterator[ConsumerRecord]:
         """Records until `consumer_timeout_ms` passes without one, or the consumer
         is stopped (as aiokafka's `async for` ends)."""
-        return iterate_records(self.getmany, self.consumer_timeout_ms)
+        return iterate_records(self.getmany, self.consumer_timeout_ms, self.clock)

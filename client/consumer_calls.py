@@ -4,7 +4,6 @@ and end offsets, offsets_for_times, topics, partitions, metrics) over
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 
 from client.consumer_config import PartitionArg, partition_args
@@ -142,20 +141,22 @@ class PositionCalls:
 async def iterate_records(
     getmany: Callable[..., Awaitable[dict[TopicPartition, list[ConsumerRecord]]]],
     consumer_timeout_ms: float,
+    clock_s: Callable[[], float],
 ) -> AsyncIterator[ConsumerRecord]:
-    """Records from `getmany` until `consumer_timeout_ms` passes without one, or the
-    consumer is stopped (as aiokafka's `async for` ends)."""
-    idle_since = time.monotonic()
+    """Records from `getmany` until `consumer_timeout_ms` (on `clock_s`, monotonic
+    seconds) passes without one, or the consumer is stopped (as aiokafka's `async for`
+    ends)."""
+    idle_since = clock_s()
     while True:
         try:
             batch = await getmany(timeout_ms=int(min(1000, consumer_timeout_ms)))
         except ConsumerStoppedError:
             return
         if not batch:
-            if (time.monotonic() - idle_since) * 1000 >= consumer_timeout_ms:
+            if (clock_s() - idle_since) * 1000 >= consumer_timeout_ms:
                 return
             continue
         for records in batch.values():
             for record in records:
                 yield record
-        idle_since = time.monotonic()
+        idle_since = clock_s()

@@ -12,7 +12,7 @@ from client.fetcher import Fetcher
 from client.metrics import ConsumerMetrics
 from client.records import Deserializer
 from client.subscription import SubscriptionState
-from client.transport import BrokerConnections
+from client.transport import BrokerConnections, ClientPorts
 from minikafka.tls import TlsMaterial
 
 
@@ -29,7 +29,7 @@ class ConsumerRuntime(NamedTuple):
         cls,
         *,
         config: ConsumerConfig,
-        clock: Callable[[], float],
+        ports: ClientPorts,
         bootstrap_servers: str | Sequence[str],
         client_id: str,
         tls: TlsMaterial | None,
@@ -37,6 +37,8 @@ class ConsumerRuntime(NamedTuple):
         deserializers: tuple[Deserializer | None, Deserializer | None],
         on_metadata: Callable[[], None],
     ) -> ConsumerRuntime:
+        """`ports`: how the connections make stubs, and the clock every part reads."""
+        clock = ports.clock_s
         conn = BrokerConnections(
             bootstrap_servers,
             request_timeout_ms=int(config.request_timeout_ms),
@@ -44,6 +46,7 @@ class ConsumerRuntime(NamedTuple):
             metadata_max_age_ms=int(config.metadata_max_age_ms),
             client_id=client_id,
             tls=tls,
+            ports=ports,
         )
         metrics = ConsumerMetrics(clock() * 1000)
         fetcher = Fetcher(

@@ -86,6 +86,8 @@ class Fetcher:
         #: the pause after that (doubling up to `MISSING_TOPIC_BACKOFF_MAX_S`).
         self.missing_topics_at = 0.0
         self._missing_topics_backoff_s = settings.retry_backoff_ms / 1000
+        #: While a fetchable partition has no leader: when to ask for metadata again.
+        self._missing_leader_at = 0.0
         self.answers = FetchAnswers(
             settings=settings,
             metrics=metrics,
@@ -153,6 +155,16 @@ class Fetcher:
             self._missing_topics_backoff_s = pause * 2
         return self.missing_topics_at
 
+    def _refresh_for_leaders(self, now: float, backoff_s: float) -> float:
+        """A fetchable partition has no leader: ask for metadata at most once per
+        `retry_backoff_ms` (Kafka's refresh back-off); each answer wakes the loop, which
+        would otherwise ask again at once, as fast as brokers answer, for as long as the
+        partition stays offline. Returns when to look again."""
+        if now >= self._missing_leader_at:
+            self.request_metadata()
+            self._missing_leader_at = now + backoff_s
+        return self._missing_leader_at
+
     # ---- the loop -----------------------------------------------------------------------
 
     async def run(self) -> None:
@@ -196,8 +208,7 @@ class Fetcher:
                     continue
                 by_node.setdefault(node.broker_id, []).append(tp)
             if missing_leader:
-                self.request_metadata()
-                next_retry = min(next_retry, now + backoff_s)
+                next_retry = min(next_retry, self._refresh_for_leaders(now, backoff_s))
             for broker_id, tps in by_node.items():
                 planned = {tp: assignment[tp] for tp in tps}
                 for state in planned.values():

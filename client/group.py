@@ -27,7 +27,6 @@ import asyncio
 import contextlib
 import inspect
 import logging
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -99,6 +98,7 @@ class GroupMember:
         self.owned: set[TopicPartition] = set()
         self.listener = ConsumerRebalanceListener()
         self._conn = conn
+        self._clock_s = conn.clock_s
         self._subscription = subscription
         self._wake_fetcher = wake_fetcher
         self._coordinator = CoordinatorLink(settings.group_id, conn)
@@ -116,14 +116,14 @@ class GroupMember:
         self._task: asyncio.Task[None] | None = None
         self._closed = False
         self._failure: BaseException | None = None
-        self.last_poll = time.monotonic()
+        self.last_poll = self._clock_s()
         self._left_for_poll_timeout = False
         #: The assignment of the last answer, applied at the next poll.
         self._target: set[TopicPartition] | None = None
         #: Grows when the member loses everything (fenced, left): an assignment being
         #: applied across an await is dropped if it changed meanwhile.
         self._generation = 0
-        self._next_auto_commit = time.monotonic() + settings.auto_commit_interval_ms / 1000
+        self._next_auto_commit = self._clock_s() + settings.auto_commit_interval_ms / 1000
 
     @property
     def member_id(self) -> str:
@@ -174,7 +174,7 @@ class GroupMember:
     async def on_poll(self) -> None:
         """Called by every poll: rejoin after a poll timeout, auto-commit when due."""
         self.check_failure()
-        self.last_poll = time.monotonic()
+        self.last_poll = self._clock_s()
         if self._left_for_poll_timeout:
             self._left_for_poll_timeout = False
             self.wake()
@@ -184,9 +184,9 @@ class GroupMember:
             self.settings.enable_auto_commit
             and self.identity.joined
             and self.owned
-            and time.monotonic() >= self._next_auto_commit
+            and self._clock_s() >= self._next_auto_commit
         ):
-            self._next_auto_commit = time.monotonic() + self.settings.auto_commit_interval_ms / 1000
+            self._next_auto_commit = self._clock_s() + self.settings.auto_commit_interval_ms / 1000
             await self.offsets.commit_quietly(self.owned)
 
     # ---- the heartbeat task -----------------------------------------------------------
@@ -228,7 +228,7 @@ class GroupMember:
                 await asyncio.wait_for(self._wake.wait(), timeout=wait_s)
 
     def _poll_timed_out(self) -> bool:
-        idle_ms = (time.monotonic() - self.last_poll) * 1000
+        idle_ms = (self._clock_s() - self.last_poll) * 1000
         return self.identity.joined and idle_ms > self.settings.max_poll_interval_ms
 
     async def _beat(self) -> float:

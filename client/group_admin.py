@@ -6,7 +6,6 @@ calls go to the group's coordinator, found again and retried by `client.group_ru
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -79,7 +78,7 @@ class GroupCalls:
     ) -> Any:
         """`call` on the group's coordinator until its answer is not "find the
         coordinator again" or "retry" (bounded by the request timeout)."""
-        deadline = time.monotonic() + self._timeout_s
+        deadline = self._conn.clock_s() + self._timeout_s
         while True:
             stub = await self._coordinator(group_id)
             reply: Any = None
@@ -92,7 +91,7 @@ class GroupCalls:
                 action = commit_action(code_from_wire(code_of(reply)))
                 if action not in (GroupAction.FIND_COORDINATOR, GroupAction.RETRY):
                     return reply
-            if time.monotonic() + self._backoff_s > deadline:
+            if self._conn.clock_s() + self._backoff_s > deadline:
                 if reply is not None:
                     return reply
                 raise from_response(
@@ -104,7 +103,7 @@ class GroupCalls:
     async def list_groups(self) -> list[GroupListing]:
         await self._conn.refresh([])
         brokers = list(self._conn.view.brokers.values())
-        deadline = time.monotonic() + self._timeout_s
+        deadline = self._conn.clock_s() + self._timeout_s
         found: dict[str, GroupListing] = {}
         pending = brokers
         while pending:
@@ -125,7 +124,7 @@ class GroupCalls:
                     )
             pending = waiting
             if pending:
-                if time.monotonic() + self._backoff_s > deadline:
+                if self._conn.clock_s() + self._backoff_s > deadline:
                     raise from_response(
                         int(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS), context="ListGroups"
                     )

@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import functools
 import logging
-import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
@@ -124,7 +123,7 @@ class CoordinatorLink:
         """`call` on the coordinator, found again or retried while the answer says so,
         until `deadline_s` (monotonic; None: `request_timeout_ms` from now); returns the
         last answer."""
-        deadline = time.monotonic() + self.conn.timeout_s if deadline_s is None else deadline_s
+        deadline = self.conn.clock_s() + self.conn.timeout_s if deadline_s is None else deadline_s
         backoff_s = self.conn.retry_backoff_ms / 1000
         while True:
             stub = await self.stub()
@@ -140,7 +139,7 @@ class CoordinatorLink:
                     self.forget()
                 elif action is not GroupAction.RETRY:
                     return reply
-            if time.monotonic() + backoff_s > deadline:
+            if self.conn.clock_s() + backoff_s > deadline:
                 if reply is not None:
                     return reply
                 raise from_response(
@@ -243,7 +242,8 @@ class GroupOffsets:
         fails with `CommitFailedError`, as Kafka's commitSync does. No retry either when
         no heartbeat will come (closing) or the member left or was fenced."""
         identity = self._identity
-        deadline_s = time.monotonic() + self._coordinator.conn.timeout_s
+        clock_s = self._coordinator.conn.clock_s
+        deadline_s = clock_s() + self._coordinator.conn.timeout_s
         for attempt in range(STALE_EPOCH_RETRIES + 1):
             member_id, sent_epoch = identity.presented()
             releases = identity.releases
@@ -258,7 +258,7 @@ class GroupOffsets:
             if identity.epoch == sent_epoch:
                 if not self._heartbeat_now():
                     return reply
-                await identity.wait_for_change(deadline_s - time.monotonic())
+                await identity.wait_for_change(deadline_s - clock_s())
             if identity.epoch == sent_epoch or not identity.joined:
                 return reply
             if commit and identity.releases != releases:

@@ -84,6 +84,8 @@ class Sender:
         self.on_crash: Callable[[], None] = lambda: None
         self._task: asyncio.Task[None] | None = None
         self._metadata_task: asyncio.Task[None] | None = None
+        #: While a batch waits for a leader: when to ask for metadata again (clock ms).
+        self._leaderless_refresh_at = 0.0
         self.completer = BatchCompleter(
             accumulator=accumulator,
             sequences=sequences,
@@ -222,7 +224,12 @@ class Sender:
                     self._dispatch(drained.batches, now)
                 view = self.conn.view
                 leaderless = [tp for tp in drained.blocked if view.leader(*tp) is None]
-                if leaderless or self.conn.metadata_stale():
+                if (
+                    leaderless and now >= self._leaderless_refresh_at
+                ) or self.conn.metadata_stale():
+                    # At most one refresh per back-off for a missing leader: each answer
+                    # wakes this loop, which would otherwise ask again at once.
+                    self._leaderless_refresh_at = now + config.retry_backoff_ms
                     self._refresh_metadata()
                 self.wakeup.clear()
                 next_ms = min(

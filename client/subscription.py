@@ -236,11 +236,13 @@ class SubscriptionState:
         self.set_assignment(set())
 
     def set_assignment(self, wanted: set[TopicPartition]) -> None:
-        """Keep the state of partitions still wanted; new ones start at `default_reset`."""
+        """Keep the state of partitions still wanted; new ones start at `default_reset`,
+        added in (topic, partition) order: the fetcher plans its requests in assignment
+        order, which must not follow a set's (str hash) order, so a run replays exactly."""
         for tp in list(self.assignment):
             if tp not in wanted:
                 del self.assignment[tp]
-        for tp in wanted:
+        for tp in sorted(wanted):
             if tp not in self.assignment:
                 self.assignment[tp] = PartitionState(self.default_reset)
 

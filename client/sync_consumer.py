@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from types import TracebackType
 from typing import Any
@@ -215,10 +214,11 @@ class Consumer:
             return record
         if self._closed:
             raise StopIteration
-        idle_since = time.monotonic()
+        clock_s = self._inner.clock
+        idle_since = clock_s()
         limit_ms = self._inner.consumer_timeout_ms
         while True:
-            wait_ms = int(min(1000.0, max(limit_ms - (time.monotonic() - idle_since) * 1000, 0)))
+            wait_ms = int(min(1000.0, max(limit_ms - (clock_s() - idle_since) * 1000, 0)))
             try:
                 batch, generations = self._thread.run(self._read_ahead(wait_ms))
             except ConsumerStoppedError:
@@ -229,7 +229,7 @@ class Consumer:
                 self._iter_index = 1
                 self._iter_generations = generations
                 return records[0]
-            if (time.monotonic() - idle_since) * 1000 >= limit_ms:
+            if (clock_s() - idle_since) * 1000 >= limit_ms:
                 raise StopIteration
 
     async def _read_ahead(

@@ -193,7 +193,9 @@ class BrokerConnections:
         self._tls = tls
         ports = ports or ClientPorts()
         self._stub_factory = ports.stub_factory
-        self._clock_s = ports.clock_s
+        #: Monotonic seconds (`ClientPorts.clock_s`): every deadline of calls made over
+        #: these connections reads it.
+        self.clock_s = ports.clock_s
         check_number("request_timeout_ms", request_timeout_ms, minimum=1)
         check_number("retry_backoff_ms", retry_backoff_ms, minimum=0)
         check_number("metadata_max_age_ms", metadata_max_age_ms, minimum=0)
@@ -267,7 +269,7 @@ class BrokerConnections:
         return self.request_timeout_ms / 1000
 
     def metadata_stale(self) -> bool:
-        return self._clock_s() * 1000 - self._view_time_ms > self.metadata_max_age_ms
+        return self.clock_s() * 1000 - self._view_time_ms > self.metadata_max_age_ms
 
     async def refresh(self, topics: Iterable[str] | None = None) -> ClusterView:
         """Fetch metadata (tracked topics plus `topics`) from the first broker that
@@ -279,7 +281,7 @@ class BrokerConnections:
             response = await self._first_metadata_answer(asked)
             fresh = ClusterView.from_response(response)
             self.view = self.view.merged(fresh, asked)
-            self._view_time_ms = self._clock_s() * 1000
+            self._view_time_ms = self.clock_s() * 1000
             self._updated.set()
             self._updated = asyncio.Event()
             return self.view
@@ -324,7 +326,7 @@ class BrokerConnections:
 
     async def wait_for_topic(self, topic: str, timeout_ms: int) -> list[int]:
         """Partitions of `topic`, refreshing metadata with back-off until it is known."""
-        deadline = self._clock_s() + timeout_ms / 1000
+        deadline = self.clock_s() + timeout_ms / 1000
         self.add_topics([topic])
         last_error = ""
         while True:
@@ -341,7 +343,7 @@ class BrokerConnections:
             info = self.view.topics.get(topic)
             if info is not None and info.error_code:
                 last_error = code_name(info.error_code)
-            remaining = deadline - self._clock_s()
+            remaining = deadline - self.clock_s()
             if remaining <= 0:
                 if last_error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION.name:
                     raise KafkaTimeoutError(

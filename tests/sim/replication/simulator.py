@@ -65,6 +65,7 @@ from tests.chaos.checker import UNCLEAN_EXPECTED, CheckResult, check
 from tests.chaos.history import History, Op
 from tests.sim.replication.client_workload import ClientWorkload
 from tests.sim.replication.cluster import CONTROLLER_ADDRESS, SimBroker, SimController
+from tests.sim.replication.consumer_workload import ConsumerWorkload
 from tests.sim.replication.invariants import CommittedPrefix
 from tests.sim.replication.nemesis import Nemesis
 from tests.sim.replication.network import Network
@@ -109,6 +110,9 @@ class SimParams(msgspec.Struct, frozen=True, kw_only=True):
     #: Idempotent `AsyncProducer`s of the real client (`client_workload`) sending to `t`
     #: alongside the hand-built producers; 0 (the seeds' default) leaves a run unchanged.
     client_producers: int = 0
+    #: `AsyncConsumer`s of the real client (`consumer_workload`) reading `t` alongside the
+    #: hand-built consumers; 0 (the seeds' default) leaves a run unchanged.
+    client_consumers: int = 0
 
 
 def params_for(seed: int) -> SimParams:
@@ -426,6 +430,8 @@ class Simulation:
             asyncio.ensure_future(workload.latest_offsets(topic, partition, stop))
             for topic, partition in self.partition_keys
         ]
+        self.client_consumers = ConsumerWorkload(self)
+        consumers += self.client_consumers.start(stop)
         nemesis = asyncio.ensure_future(self.nemesis.run())
         await asyncio.sleep(params.chaos_ms / 1000)
         nemesis.cancel()
@@ -638,13 +644,15 @@ def _only_topic(ops: list[Op], topic: str) -> list[Op]:
     return [op for op in ops if about(op)]
 
 
-def run_digest(seed: int, *, client_producers: int = 0) -> str:
+def run_digest(seed: int, *, client_producers: int = 0, client_consumers: int = 0) -> str:
     """A fingerprint of one run: its history (every op with its virtual time), its fault
     schedule and its outcome (stats or the violation). Two processes that ran the same
     seed must print the same one; `test_a_seed_replays_across_processes` compares them
     under different `PYTHONHASHSEED`s and memory layouts (what str hashing and
     address-ordered sets of objects depend on)."""
-    params = msgspec.structs.replace(params_for(seed), client_producers=client_producers)
+    params = msgspec.structs.replace(
+        params_for(seed), client_producers=client_producers, client_consumers=client_consumers
+    )
     simulation = Simulation(seed, params=params)
     try:
         outcome = repr(simulation.run())

@@ -1,6 +1,7 @@
 """`ClientPorts`: a client's broker stubs and monotonic clock are injectable, and every
-deadline and timer of the producer then runs on them (what the replication simulator's
-real-client workload relies on: its loop's virtual time does not move `time.monotonic`)."""
+deadline and timer of the producer and the consumer then runs on them (what the
+replication simulator's real-client workloads rely on: its loop's virtual time does not
+move `time.monotonic`)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,13 @@ from typing import Any, cast
 
 import pytest
 
+from client.consumer import AsyncConsumer
 from client.errors import KafkaTimeoutError, NotEnoughReplicasError
 from client.producer import AsyncProducer
+from client.records import TopicPartition
 from client.transport import BrokerConnections, ClientPorts
 from minikafka.errors import ErrorCode
+from minikafka.record_batch import build_batch
 from minikafka.v1 import broker_pb2, common_pb2, controller_pb2
 from tests.sim.replication.vloop import VirtualTimeLoop
 
@@ -66,6 +70,32 @@ class FakeStub:
             log_append_time_ms=-1,
         )
         return broker_pb2.ProduceResponse(partitions=[answer])
+
+    async def ListOffsets(
+        self, request: broker_pb2.ListOffsetsRequest, **_options: Any
+    ) -> broker_pb2.ListOffsetsResponse:
+        self.calls.append("ListOffsets")
+        part = request.partitions[0]
+        answer = broker_pb2.ListOffsetsPartitionResponse(
+            topic=part.topic, partition=part.partition, offset=0, timestamp_ms=-1, leader_epoch=1
+        )
+        return broker_pb2.ListOffsetsResponse(partitions=[answer])
+
+    async def Fetch(
+        self, request: broker_pb2.FetchRequest, **_options: Any
+    ) -> broker_pb2.FetchResponse:
+        """The one record at offset 0; from offset 1 on, nothing within the long poll."""
+        self.calls.append("Fetch")
+        part = request.partitions[0]
+        records = b""
+        if part.fetch_offset == 0:
+            records = build_batch([(0, None, b"zero", None)])
+        else:
+            await asyncio.sleep(request.max_wait_ms / 1000)
+        answer = broker_pb2.FetchPartitionResponse(
+            topic=part.topic, partition=part.partition, high_watermark=1, records=records
+        )
+        return broker_pb2.FetchResponse(partitions=[answer])
 
 
 class FakeClock:
@@ -169,3 +199,121 @@ def test_the_producer_sends_through_the_ports_on_virtual_time() -> None:
     )
     assert stub.calls[:2] == ["Metadata", "InitProducerId"]
     assert stub.calls.count("Produce") > 10  # retried with back-off until the timeout
+
+
+def test_the_consumer_fetches_through_the_ports_on_virtual_time() -> None:
+    """The consumer's connections make their stubs with the ports' factory and its
+    fetcher, delivery and poll timeout read the ports' clock: on a virtual-time loop it
+    reads the record through the stub, and an empty `getmany(timeout_ms=2000)` returns
+    after 2 s of virtual time (its long polls sleep on the loop)."""
+    stub = FakeStub()
+
+    async def main(loop: asyncio.AbstractEventLoop) -> tuple[list[bytes | None], float, bool]:
+        consumer = AsyncConsumer(
+            bootstrap_servers=ADDRESS,
+            fetch_max_wait_ms=500,
+            ports=ClientPorts(stub_factory=lambda _address: cast(Any, stub), clock_s=loop.time),
+        )
+        async with asyncio.timeout(60), consumer:
+            assert consumer.clock == loop.time
+            partition = TopicPartition("t", 0)
+            consumer.assign([partition])
+            await consumer.seek_to_beginning(partition)
+            first = await consumer.getmany(timeout_ms=1000)
+            started_s = loop.time()
+            empty = await consumer.getmany(timeout_ms=2000)
+            assert consumer._runtime is not None
+            no_channel = consumer._runtime.conn._channels == {}
+            return (
+                [record.value for record in first.get(partition, [])],
+                loop.time() - started_s,
+                no_channel and empty == {},
+            )
+
+    values, waited_s, empty_without_channels = run_virtually(main)
+    assert values == [b"zero"]
+    assert 2.0 <= waited_s < 2.6
+    assert empty_without_channels
+    assert stub.calls[:2] == ["Metadata", "ListOffsets"]
+    assert "Fetch" in stub.calls
+
+
+class LeaderlessStub(FakeStub):
+    """Once `offline`, partition 0 of `t` has no leader: metadata says so (answered at
+    once) and a Fetch is refused with NOT_LEADER_OR_FOLLOWER."""
+
+    offline = False
+
+    async def Metadata(self, request: Any, **_options: Any) -> broker_pb2.MetadataResponse:
+        response = await super().Metadata(request)
+        for topic in response.topics:
+            for partition in topic.partitions:
+                partition.leader = -1 if self.offline else partition.leader
+        return response
+
+    async def Fetch(
+        self, request: broker_pb2.FetchRequest, **_options: Any
+    ) -> broker_pb2.FetchResponse:
+        if not self.offline:
+            return await super().Fetch(request)
+        self.calls.append("Fetch")
+        part = request.partitions[0]
+        answer = broker_pb2.FetchPartitionResponse(
+            topic=part.topic, partition=part.partition, error_code=ErrorCode.NOT_LEADER_OR_FOLLOWER
+        )
+        return broker_pb2.FetchResponse(partitions=[answer])
+
+
+def test_the_fetcher_backs_off_its_metadata_refreshes_while_a_leader_is_missing() -> None:
+    """While an assigned partition has no leader the fetcher asks for metadata every
+    `retry_backoff_ms`, not again as soon as each answer wakes it (the simulator saw
+    ~1000 Metadata requests per second from each consumer while a partition was offline,
+    as fast as the brokers answered)."""
+    stub = LeaderlessStub()
+
+    async def main(loop: asyncio.AbstractEventLoop) -> None:
+        consumer = AsyncConsumer(
+            bootstrap_servers=ADDRESS,
+            retry_backoff_ms=100,
+            ports=ClientPorts(stub_factory=lambda _address: cast(Any, stub), clock_s=loop.time),
+        )
+        async with asyncio.timeout(60), consumer:
+            partition = TopicPartition("t", 0)
+            consumer.assign([partition])
+            await consumer.seek_to_beginning(partition)
+            assert len((await consumer.getmany(timeout_ms=1000))[partition]) == 1
+            stub.offline = True
+            stub.calls.clear()
+            assert await consumer.getmany(timeout_ms=2000) == {}
+
+    run_virtually(main)
+    refreshes = stub.calls.count("Metadata")
+    assert 10 <= refreshes <= 25, refreshes  # one per 100 ms back-off over 2 s
+
+
+def test_the_producer_backs_off_its_metadata_refreshes_while_a_leader_is_missing() -> None:
+    """The producer's sender, too, asks for metadata at most once per `retry_backoff_ms`
+    while a batch waits for a partition without a leader (the simulator saw ~1300
+    Metadata requests per second from each producer while a partition was offline)."""
+    stub = LeaderlessStub()
+    stub.offline = True
+
+    async def main(loop: asyncio.AbstractEventLoop) -> None:
+        producer = AsyncProducer(
+            ADDRESS,
+            acks="all",
+            retry_backoff_ms=100,
+            request_timeout_ms=1000,
+            delivery_timeout_ms=2000,
+            ports=ClientPorts(stub_factory=lambda _address: cast(Any, stub), clock_s=loop.time),
+        )
+        async with asyncio.timeout(60), producer:
+            stub.calls.clear()
+            future = await producer.send("t", b"one", partition=0)
+            with pytest.raises(KafkaTimeoutError):
+                await future
+
+    run_virtually(main)
+    assert "Produce" not in stub.calls
+    refreshes = stub.calls.count("Metadata")
+    assert 10 <= refreshes <= 25, refreshes  # one per 100 ms back-off over 2 s

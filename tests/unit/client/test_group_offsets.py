@@ -11,6 +11,8 @@ only when no newer epoch arrives within the request timeout.
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Callable
 from typing import Any, cast
 
 import pytest
@@ -20,7 +22,7 @@ from client.group_offsets import CoordinatorLink, GroupOffsets, MemberIdentity
 from client.records import OffsetAndMetadata, TopicPartition
 from client.subscription import SubscriptionState
 from client.transport import BrokerConnections, ClientPorts
-from minikafka.errors import ErrorCode
+from minikafka.errors import ErrorCode, MiniKafkaError
 from minikafka.v1 import broker_pb2, broker_pb2_grpc
 
 TP = TopicPartition("t", 0)
@@ -76,6 +78,7 @@ def offsets_of(
     heartbeat_brings: int | None,
     heartbeat_alive: bool = True,
     request_timeout_ms: int = 300,
+    clock_s: Callable[[], float] = time.monotonic,
 ) -> tuple[GroupOffsets, list[int]]:
     """GroupOffsets on `coordinator`; asking for a heartbeat schedules its answer, which
     brings epoch `heartbeat_brings` (None: the heartbeat brings nothing new);
@@ -87,7 +90,8 @@ def offsets_of(
         ports=ClientPorts(
             stub_factory=lambda _address: cast(
                 "broker_pb2_grpc.BrokerServiceAsyncStub", coordinator
-            )
+            ),
+            clock_s=clock_s,
         ),
     )
     asked: list[int] = []
@@ -258,3 +262,36 @@ async def test_the_retries_are_bounded_when_the_epoch_keeps_moving() -> None:
     with pytest.raises(StaleMemberEpochError):
         await conn_offsets.fetch_committed([TP])
     assert coordinator.sent_epochs == [5, 6, 7, 8]
+
+
+class LoadingCoordinator(FakeCoordinator):
+    """A coordinator still loading its offsets: every lookup is refused as retriable."""
+
+    async def OffsetFetch(self, request: Any, **_call: Any) -> Any:
+        self.sent_epochs.append(request.member_epoch)
+        return broker_pb2.OffsetFetchResponse(
+            error_code=int(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS), error_message="loading"
+        )
+
+
+async def test_the_request_deadline_is_read_on_the_connections_clock() -> None:
+    """Retries stop when the client's clock (`ClientPorts.clock_s`, virtual in the
+    simulator) passes the request timeout, not the process's monotonic clock: here each
+    reading of the clock moves it 20 s on, so a 60 s timeout ends after a few attempts."""
+    coordinator = LoadingCoordinator(epoch=5)
+    readings: list[float] = []
+
+    def clock_s() -> float:
+        readings.append(len(readings) * 20.0)
+        return readings[-1]
+
+    offsets, _asked = offsets_of(
+        coordinator,
+        joined_at(5),
+        heartbeat_brings=None,
+        request_timeout_ms=LONG_TIMEOUT_MS,
+        clock_s=clock_s,
+    )
+    with pytest.raises(MiniKafkaError, match="COORDINATOR_LOAD_IN_PROGRESS"):
+        await asyncio.wait_for(offsets.fetch_committed([TP]), NO_WAIT_GUARD_S)
+    assert 1 <= len(coordinator.sent_epochs) <= 3
