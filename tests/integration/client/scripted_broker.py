@@ -56,6 +56,12 @@ class ScriptedBroker(broker_pb2_grpc.BrokerServiceServicer):
         self.gates: dict[int, asyncio.Event] = {}
         self._highest_started_sequence = -1
         self._sequence_started = asyncio.Event()
+        #: A Produce answers only once calls for this many distinct partitions have
+        #: started (at most `hold_timeout_s`; 0: no wait): shows that calls of different
+        #: partitions overlap without depending on how fast the client sends them.
+        self.hold_until_partitions_started = 0
+        self._started_partitions: set[int] = set()
+        self._enough_partitions_started = asyncio.Event()
         #: (partition, "start" | "end") per Produce partition, in order.
         self.produce_partition_events: list[tuple[int, str]] = []
         #: Answers (code, indefinite) by (partition, producer epoch, base sequence), taken
@@ -108,6 +114,10 @@ class ScriptedBroker(broker_pb2_grpc.BrokerServiceServicer):
         self.produce_partition_events.extend((p.partition, "start") for p in request.partitions)
         self._highest_started_sequence = max(self._highest_started_sequence, *sequences)
         self._sequence_started.set()
+        self._started_partitions.update(p.partition for p in request.partitions)
+        if len(self._started_partitions) >= self.hold_until_partitions_started:
+            self._enough_partitions_started.set()
+        await asyncio.wait_for(self._enough_partitions_started.wait(), self.hold_timeout_s)
         for held in sorted(self.hold_until_overtaken & set(sequences)):
             await self._wait_overtaken(held)
         for gated in sequences:
