@@ -17,11 +17,63 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 STARTUP_TIMEOUT_S = 30.0
 
 
-def free_port() -> int:
-    """A TCP port that was free a moment ago on 127.0.0.1."""
+#: Test servers listen below the kernel's ephemeral port range. A port the kernel picks
+#: for some process's `bind(0)` (Spark's JVM listens on one for its Python worker's
+#: handshake) is then never one a test client may still be dialling: a client that kept
+#: reconnecting to a stopped test broker's address once reached such a JVM socket, whose
+#: handshake read the HTTP/2 preface "PRI " as a 1.35 GB length (OutOfMemoryError, the
+#: streaming query died; a CI run failed on it).
+TEST_PORTS_BELOW = 32768
+TEST_PORTS_FROM = 20000
+#: Each pytest-xdist worker hands out ports from its own block, one after the other (a
+#: port freed by one test is not handed to the next test of the same worker at once).
+WORKER_BLOCK_PORTS = 1500
+_next_port: list[int] = []
+
+
+def _ephemeral_start() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return TEST_PORTS_BELOW
+
+
+def _worker_block() -> tuple[int, int]:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    index = int(worker) if worker.isdigit() else 0
+    top = min(TEST_PORTS_BELOW, _ephemeral_start())
+    blocks = max((top - TEST_PORTS_FROM) // WORKER_BLOCK_PORTS, 1)
+    first = TEST_PORTS_FROM + (index % blocks) * WORKER_BLOCK_PORTS
+    return first, min(first + WORKER_BLOCK_PORTS, top)
+
+
+def _bindable(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def free_port() -> int:
+    """A TCP port that was free a moment ago on 127.0.0.1, below the kernel's ephemeral
+    range (`TEST_PORTS_BELOW`), from this xdist worker's block; the kernel's choice if
+    the box reserves no room below its ephemeral range."""
+    first, end = _worker_block()
+    if end - first < 16:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("127.0.0.1", 0))
+            return int(sock.getsockname()[1])
+    if not _next_port:
+        # A start of its own per process: two test sessions at once rarely meet.
+        _next_port.append(first + (os.getpid() * 7919) % (end - first))
+    for _ in range(end - first):
+        port = _next_port[0]
+        _next_port[0] = port + 1 if port + 1 < end else first
+        if _bindable(port):
+            return port
+    raise RuntimeError(f"no free port in {first}..{end - 1}")
 
 
 def server_channel(
