@@ -65,7 +65,9 @@ class ObservedEndpoint:
     the same) sees the logs as that answer left them. The simulation checks its replica
     invariants there (`invariants`)."""
 
-    def __init__(self, inner: LeaderEndpoint, applied: Callable[[], None]) -> None:
+    def __init__(
+        self, inner: LeaderEndpoint, applied: Callable[[list[tuple[str, int]]], None]
+    ) -> None:
         self._inner = inner
         self._applied = applied
 
@@ -73,7 +75,8 @@ class ObservedEndpoint:
         results = await self._inner.fetch(request)
         loop = asyncio.get_running_loop()
         assert isinstance(loop, VirtualTimeLoop)
-        loop.after_turn(self._applied)
+        keys = [(item.topic, item.partition) for item in request.items]
+        loop.after_turn(lambda: self._applied(keys))
         return results
 
     async def close(self) -> None:
@@ -211,7 +214,7 @@ class SimBroker(_Process):
         data_root: Path,
         *,
         settings: dict[str, Any],
-        fetch_applied: Callable[[SimBroker], None] | None = None,
+        fetch_applied: Callable[[SimBroker, list[tuple[str, int]]], None] | None = None,
     ) -> None:
         super().__init__(f"broker-{broker_id}")
         self.broker_id = broker_id
@@ -351,4 +354,4 @@ class SimBroker(_Process):
         if self.fetch_applied is None:
             return endpoint
         observer = self.fetch_applied
-        return ObservedEndpoint(endpoint, lambda: observer(self))
+        return ObservedEndpoint(endpoint, lambda keys: observer(self, keys))

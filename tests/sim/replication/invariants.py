@@ -24,6 +24,8 @@ losses, wipes and unclean elections.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import msgspec
 
 PartitionKey = tuple[str, int]
@@ -53,6 +55,9 @@ class CommittedPrefix:
     def __init__(self) -> None:
         self._learned: dict[tuple[int, PartitionKey], int] = {}
         self._unchecked: set[PartitionKey] = set()
+        #: Brokers back from a power loss or wipe, with the partitions their own fetcher
+        #: has applied an answer of since (checked against a leader's log).
+        self._revalidating: dict[int, set[PartitionKey]] = {}
 
     def observe(
         self, broker_id: int, key: PartitionKey, *, log_end_offset: int, high_watermark: int
@@ -60,6 +65,9 @@ class CommittedPrefix:
         """One replica's log as it is now: a breach if its log end is below the HW it had
         learned (that HW is kept, so the breach is reported once per truncation)."""
         if key in self._unchecked:
+            return None
+        revalidated = self._revalidating.get(broker_id)
+        if revalidated is not None and key not in revalidated:
             return None
         learned = self._learned.get((broker_id, key), 0)
         if log_end_offset < learned:
@@ -76,9 +84,22 @@ class CommittedPrefix:
         return None
 
     def data_lost(self, broker_id: int) -> None:
-        """A power loss or a wipe on `broker_id`: its logs may be shorter than their HW."""
+        """A power loss or a wipe on `broker_id`: its logs may be shorter than their HW,
+        and a truncation no fsync covered may be undone (the truncated records are back,
+        under the HW checkpoint the broker synced after it fetched their replacements).
+        Its partitions are not checked again until its own fetcher has applied an answer
+        of each (the leader's divergence check runs on that answer: seed 169, where the
+        restarted follower's recovered log held old-epoch records below its HW until its
+        first fetch truncated them; it was out of the ISR meanwhile)."""
         for replica in [replica for replica in self._learned if replica[0] == broker_id]:
             del self._learned[replica]
+        self._revalidating[broker_id] = set()
+
+    def fetched(self, broker_id: int, keys: Iterable[PartitionKey]) -> None:
+        """`broker_id`'s fetcher applied an answer of `keys`."""
+        revalidated = self._revalidating.get(broker_id)
+        if revalidated is not None:
+            revalidated.update(keys)
 
     def unclean_election(self, key: PartitionKey) -> None:
         """An unclean election of `key`: committed records of it may be lost from now on."""

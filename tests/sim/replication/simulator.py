@@ -472,11 +472,12 @@ class Simulation:
             crashes=self.nemesis.crashes,
         )
 
-    def check_replicas(self, fetched: SimBroker) -> None:
+    def check_replicas(self, fetched: SimBroker, keys: list[tuple[str, int]]) -> None:
         """`CommittedPrefix` over every partition of every running broker, after
         `fetched` applied a fetch answer (the only step in which a replica truncates; the
         leaders' HWs are seen there too). A breach is noted in the schedule and fails the
         run at its end."""
+        self.committed_prefix.fetched(fetched.broker_id, keys)
         for broker in self.brokers:
             inner = broker.broker
             if not broker.alive or inner is None or not hasattr(inner, "replicas"):

@@ -14,7 +14,8 @@ KEY = ("t", 0)
 OTHER = ("t", 1)
 
 #: Each row: (name, steps, breaches expected). A step is ("observe", broker, key, log end,
-#: HW), ("data-lost", broker) or ("unclean", key).
+#: HW), ("data-lost", broker), ("fetched", broker, key) (the broker's own fetcher applied an
+#: answer of the partition) or ("unclean", key).
 CASES = [
     ("growing log", [("observe", 1, KEY, 5, 3), ("observe", 1, KEY, 8, 8)], []),
     ("truncation above the HW", [("observe", 1, KEY, 9, 4), ("observe", 1, KEY, 4, 4)], []),
@@ -41,6 +42,33 @@ CASES = [
     (
         "a power loss or wipe: learned again",
         [("observe", 1, KEY, 9, 9), ("data-lost", 1), ("observe", 1, KEY, 0, 0)],
+        [],
+    ),
+    (
+        # seed 169: an unsynced truncation undone by the power loss brought old-epoch
+        # records back under the synced HW checkpoint; the first fetch truncated them
+        "after a data loss, nothing is learned before an answer of its own fetcher",
+        [("data-lost", 1), ("observe", 1, KEY, 26, 26), ("observe", 1, KEY, 24, 24)],
+        [],
+    ),
+    (
+        "after a data loss and an answer of its own fetcher, checked again",
+        [
+            ("data-lost", 1),
+            ("fetched", 1, KEY),
+            ("observe", 1, KEY, 26, 26),
+            ("observe", 1, KEY, 24, 24),
+        ],
+        [Breach(broker_id=1, key=KEY, log_end_offset=24, learned_high_watermark=26)],
+    ),
+    (
+        "an answer of another partition checks only that one again",
+        [
+            ("data-lost", 1),
+            ("fetched", 1, OTHER),
+            ("observe", 1, KEY, 26, 26),
+            ("observe", 1, KEY, 24, 24),
+        ],
         [],
     ),
     (
@@ -75,6 +103,8 @@ def test_committed_prefix(steps: list[tuple[object, ...]], expected: list[Breach
                     breaches.append(breach)
             case ("data-lost", int(broker)):
                 invariant.data_lost(broker)
+            case ("fetched", int(broker), (str(topic), int(partition))):
+                invariant.fetched(broker, [(topic, partition)])
             case ("unclean", (str(topic), int(partition))):
                 invariant.unclean_election((topic, partition))
             case _:
