@@ -90,13 +90,17 @@ class CommittedPrefix:
         Its partitions are not checked again until its own fetcher has applied an answer
         of each (the leader's divergence check runs on that answer: seed 169, where the
         restarted follower's recovered log held old-epoch records below its HW until its
-        first fetch truncated them; it was out of the ISR meanwhile)."""
+        first fetch truncated them; it was out of the ISR meanwhile). An answer with an
+        error checked nothing and does not count (seed 1633: the new leader answered
+        UNKNOWN_LEADER_EPOCH until it took its epoch, then the divergence check truncated
+        the old-epoch record the power loss had brought back)."""
         for replica in [replica for replica in self._learned if replica[0] == broker_id]:
             del self._learned[replica]
         self._revalidating[broker_id] = set()
 
     def fetched(self, broker_id: int, keys: Iterable[PartitionKey]) -> None:
-        """`broker_id`'s fetcher applied an answer of `keys`."""
+        """`broker_id`'s fetcher applied an answer of `keys` without error (the leader
+        checked the follower's log against its own)."""
         revalidated = self._revalidating.get(broker_id)
         if revalidated is not None:
             revalidated.update(keys)
