@@ -147,7 +147,10 @@ def test_canary_hole4_stale_fetch_answers_is_caught(capsys: pytest.CaptureFixtur
     moved), and a preferred election in that window does the rest. With `HOLE4_BIAS`,
     seeds 0..19: 95 `slow-rival` faults, 44 / 1 / 4 / 1 / 1 (18 of the 44 held with F
     ahead of the other follower), and that one is seed 6's violation (the new leader was behind
-    the held offset). What it took besides: acks=1 writes only (acks=all producers, one
+    the held offset); seeds 7..59 catch nothing (the partition moved while an answer
+    was held in 2 of seeds 0..39: the preferred replica is rarely back in the ISR while
+    the fault lasts; longer holds and windows or 12 slots did not change that). What it
+    took besides: acks=1 writes only (acks=all producers, one
     request at a time each, all end up waiting on the slowed replica, and the partition
     gets no records to re-fetch: with 20 % acks=all, 0 catches in 20 seeds), the 1.5 s
     more after the move (F must truncate and re-fetch before the bound), and a trap on
