@@ -1,6 +1,8 @@
 """The simulation's nemesis: crashes, power losses, wipes, pauses, link cuts (one-way
-too), link stalls (`hold`) and fetch answers held until they look fresh (`stale-answer`),
-both only when a canary adds them to `SimParams.extra_actions`, and elections, drawn
+too), link stalls (`hold`), fetch answers held until they look fresh (`stale-answer`)
+and a partition's future leader slowed while the other follower's answers are held
+(`slow-rival`), these three only when a canary adds them to `SimParams.extra_actions`
+(the default seeds never draw them), and elections, drawn
 from the run's generator and written to its fault schedule. It tells the simulation's
 replica invariant (`invariants.CommittedPrefix`) about power losses, wipes and unclean
 elections."""
@@ -19,6 +21,11 @@ from tests.sim.replication.stale_answers import FreshLookingAnswer
 
 if TYPE_CHECKING:
     from tests.sim.replication.simulator import Simulation
+
+#: The longest delay of the answers a `slow-rival` slows: below half the replica lag time
+#: (2000 ms in the simulation), so the slowed follower stays in the ISR. Not a `SimParams`
+#: field: a new field would change every run's recorded parameters (and `run_digest`).
+SLOW_MAX_MS = 800
 
 
 class Nemesis:
@@ -92,6 +99,8 @@ class Nemesis:
                         trap = FreshLookingAnswer(follower, bound_ms / 1000, self.sim.note)
                         self.sim.network.trap_answer(leader.name, follower.name, trap)
                 self.sim.note(f"stale-answer from {leader.name} ({bound_ms} ms)")
+            elif action == "slow-rival":
+                self._slow_rival()
             elif action == "pause":
                 if not up:
                     continue
@@ -122,6 +131,66 @@ class Nemesis:
                         self.sim.unclean_elected = True
                         self.sim.committed_prefix.unclean_election(key)
                         self.sim.note(f"  unclean: {key} led by broker {outcome.leader}")
+
+    def _slow_rival(self) -> None:
+        """The setting of hole 4's middle step, on links only: a partition led by broker A
+        that its preferred replica B takes back at the next preferred election (B alive,
+        A keeps another partition the third replica F follows, so F's fetcher from A
+        outlives the move). For 1..3 s, A's answers to B arrive 200..`SLOW_MAX_MS` ms late
+        (B trails, still in the ISR), and A's answers to F carrying records of those
+        partitions are held until they look fresh (`stale_answers`), each for at most
+        100 ms..that delay (so F stays ahead of B) and 1.5 s more once the partition has
+        moved (F first truncates to B's log and re-fetches); the trap is re-armed after
+        each answer while the slowing lasts."""
+        sim = self.sim
+        rng = sim.rng
+        parts = sim.engine.state.partitions
+        rivals: list[tuple[int, int, int]] = []
+        for key in sorted(parts):
+            registration = parts[key]
+            leader, preferred = registration.leader, registration.replicas[0]
+            if leader in (NO_LEADER, preferred) or not sim.broker(preferred).alive:
+                continue
+            others = [r for r in registration.replicas if r not in (leader, preferred)]
+            if not others:
+                continue
+            third = others[0]
+            keeps = any(
+                other != key and part.leader == leader and third in part.replicas
+                for other, part in parts.items()
+            )
+            if keeps and (leader, preferred, third) not in rivals:
+                rivals.append((leader, preferred, third))
+        if not rivals:
+            return
+        a_id, b_id, f_id = rng.choice(rivals)
+        keys = frozenset(
+            key
+            for key, part in parts.items()
+            if part.leader == a_id and part.replicas[0] == b_id and f_id in part.replicas
+        )
+        a, b, f = sim.broker(a_id), sim.broker(b_id), sim.broker(f_id)
+        delay_ms = rng.randint(200, SLOW_MAX_MS)
+        bound_ms = rng.randint(100, delay_ms)
+        for_ms = rng.randint(1000, 3000)
+        now_s = asyncio.get_running_loop().time()
+        network = sim.network
+        network.slow_answers(a.name, b.name, delay_ms / 1000, now_s + for_ms / 1000)
+        slowed = network.link(a.name, b.name)
+
+        def rearm(trap: FreshLookingAnswer) -> None:
+            # `Network.quiet` ends the slowing, so no trap is re-armed after the chaos.
+            if slowed.answer_delay_until_s > asyncio.get_running_loop().time():
+                network.trap_answer(a.name, f.name, trap)
+
+        trap = FreshLookingAnswer(
+            f, bound_ms / 1000, sim.note, keys=keys, after_move_s=1.5, released=rearm
+        )
+        network.trap_answer(a.name, f.name, trap)
+        sim.note(
+            f"slow-rival {sorted(keys)}: {a.name}'s answers to {b.name} {delay_ms} ms late for "
+            f"{for_ms} ms, to {f.name} held up to {bound_ms} ms"
+        )
 
     def _leaders(self) -> list[SimBroker]:
         """The brokers leading a partition, as the controller has them, in id order."""

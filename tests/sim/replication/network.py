@@ -71,6 +71,8 @@ class LinkState:
     """Faults on one directed link."""
 
     __slots__ = (
+        "answer_delay_s",
+        "answer_delay_until_s",
         "answer_trap",
         "cut",
         "drop_rate",
@@ -86,6 +88,10 @@ class LinkState:
         #: Virtual time until which the link is stalled (`Network.hold`): a message that
         #: would arrive before then arrives then instead (nothing lost).
         self.held_until_s = 0.0
+        #: Set by `Network.slow_answers`: until `answer_delay_until_s` (virtual time) every
+        #: answer on this link arrives `answer_delay_s` late (requests are not slowed).
+        self.answer_delay_s = 0.0
+        self.answer_delay_until_s = 0.0
         self.drop_rate = drop_rate
         self.duplicate_rate = duplicate_rate
         self.max_delay_ms = max_delay_ms
@@ -175,6 +181,16 @@ class Network:
         catches arrives when the trap releases it (a later trap replaces an unsprung one)."""
         self.link(source, target).answer_trap = trap
 
+    def slow_answers(self, source: str, target: str, delay_s: float, until_s: float) -> None:
+        """Until virtual time `until_s`, every answer from `source` to `target` arrives
+        `delay_s` late (in order, nothing lost): a congested or long path one way, so the
+        follower `target` trails its leader `source` by about that much while its fetches
+        still come often enough to keep it in the ISR. Requests on the link are not slowed
+        (a follower's own fetches to `source`, should roles swap, run at normal speed)."""
+        state = self.link(source, target)
+        state.answer_delay_s = delay_s
+        state.answer_delay_until_s = until_s
+
     def quiet(self) -> None:
         """A lossless network from now on (the final phase)."""
         self._defaults = (0.0, 0.0, self._defaults[2])
@@ -182,6 +198,7 @@ class Network:
             state.answer_trap = None
             state.cut = False
             state.held_until_s = 0.0
+            state.answer_delay_until_s = 0.0
             state.drop_rate = 0.0
             state.duplicate_rate = 0.0
 
@@ -277,6 +294,8 @@ class Network:
         if fate is not _ARRIVED:  # handled, but the caller cannot know
             await self._lost(fate, f"the answer of {service}.{method} from {address}")
         back = self.link(target.name, source)
+        if back.answer_delay_until_s > asyncio.get_running_loop().time():
+            await asyncio.sleep(back.answer_delay_s)
         trap = back.answer_trap
         if trap is not None and trap.catches(method, request, response):
             back.answer_trap = None

@@ -14,8 +14,10 @@ partition it carries records of, the follower's log end has moved away from the 
 offset and come back to it, or until its bound (then it arrives anyway, a plain delay).
 Nothing is lost and nothing is forged: a TCP connection can deliver an answer that late.
 
-Armed by the nemesis's `stale-answer` action, which only a canary adds to
-`SimParams.extra_actions` (the default seeds never draw it).
+Armed by the nemesis's `stale-answer` action, and by `slow-rival` (only answers carrying
+records of given partitions, held longer once one of them changed leader, re-armed after
+each answer while the rival's link is slowed); only a canary adds them to
+`SimParams.extra_actions` (the default seeds never draw them).
 """
 
 from __future__ import annotations
@@ -52,20 +54,46 @@ def looks_fresh(watch: Watch, log_end_offset: int) -> tuple[Watch, bool]:
 class FreshLookingAnswer:
     """An `AnswerTrap` (network.py) on the link from a leader to `follower`."""
 
-    def __init__(self, follower: SimBroker, bound_s: float, note: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        follower: SimBroker,
+        bound_s: float,
+        note: Callable[[str], None],
+        *,
+        keys: frozenset[PartitionKey] | None = None,
+        after_move_s: float = 0.0,
+        released: Callable[[FreshLookingAnswer], None] | None = None,
+    ) -> None:
         self.follower = follower
         self.bound_s = bound_s
         self._note = note
+        #: Only answers carrying records of one of these partitions (None: of any).
+        self.keys = keys
+        #: Once a watched partition has changed leader, the answer is held up to this
+        #: much longer (the follower must first truncate and re-fetch from the new leader).
+        self.after_move_s = after_move_s
+        #: Called once the held answer is let go (the nemesis may re-arm the trap).
+        self._released = released
 
     def catches(self, method: str, request: ProtoMessage, answer: ProtoMessage) -> bool:
         return (
             method == "Fetch"
             and isinstance(request, broker_pb2.ReplicaFetchRequest)
             and isinstance(answer, broker_pb2.FetchResponse)
-            and any(part.records for part in answer.partitions)
+            and any(
+                part.records and (self.keys is None or (part.topic, part.partition) in self.keys)
+                for part in answer.partitions
+            )
         )
 
     async def release(self, request: ProtoMessage, answer: ProtoMessage) -> None:
+        try:
+            await self._hold(request, answer)
+        finally:
+            if self._released is not None:
+                self._released(self)
+
+    async def _hold(self, request: ProtoMessage, answer: ProtoMessage) -> None:
         assert isinstance(request, broker_pb2.ReplicaFetchRequest)
         assert isinstance(answer, broker_pb2.FetchResponse)
         offsets = {(part.topic, part.partition): part.fetch_offset for part in request.partitions}
@@ -78,12 +106,27 @@ class FreshLookingAnswer:
         deadline = loop.time() + self.bound_s
         name = self.follower.name
         self._note(f"stale-answer: holding the answer to {name} for {sorted(watches)}")
+        leaders = {
+            key: partition.leader_id
+            for key in watches
+            if (partition := self._partition(key)) is not None
+        }
         while (remaining := deadline - loop.time()) > 0:
             changes: list[asyncio.Future[None]] = []
             for key, watch in watches.items():
                 partition = self._partition(key)
                 if partition is None:
                     continue
+                if (
+                    self.after_move_s
+                    and leaders.get(key, partition.leader_id) != partition.leader_id
+                ):
+                    leaders[key] = partition.leader_id
+                    deadline = max(deadline, loop.time() + self.after_move_s)
+                    self._note(
+                        f"stale-answer: {name} {key[0]}/{key[1]} now follows broker "
+                        f"{partition.leader_id}: held up to {self.after_move_s * 1000:.0f} ms more"
+                    )
                 watches[key], fresh = looks_fresh(watch, partition.log.log_end_offset)
                 if fresh:
                     self._note(
