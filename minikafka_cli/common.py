@@ -36,6 +36,24 @@ CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 
 #: by it (and as Kafka's JVM tools exit on Ctrl-C): 128 + SIGINT, 128 + SIGPIPE.
 EXIT_INTERRUPTED = 130
 EXIT_BROKEN_PIPE = 141
+EXIT_TERMINATED = 143
+
+
+class Terminated(BaseException):
+    """SIGTERM, turned into an exception by `stop_cleanly_on_sigterm` so that `with`
+    blocks (a consumer leaving its group) run before the tool exits with status 143."""
+
+
+def stop_cleanly_on_sigterm() -> None:
+    """From now on SIGTERM unwinds the command like Ctrl-C does, then exits with 143
+    (as Kafka's tools run their shutdown hooks on SIGTERM)."""
+    import signal
+
+    def terminate(signum: int, frame: object) -> None:
+        raise Terminated
+
+    signal.signal(signal.SIGTERM, terminate)
+
 
 #: Set to see the Python traceback of an unexpected error instead of its one-line summary.
 DEBUG_ENV = "MINIKAFKA_DEBUG"
@@ -86,7 +104,8 @@ def _exit_on_broken_pipe() -> NoReturn:
 class MainGroup(click.Group):
     """The root command: turns every error of a subcommand into one `Error: ...` line on
     stderr with exit status 1 (click's usage errors keep status 2), Ctrl-C into a quiet
-    exit with status 130 and a closed stdout pipe into a quiet exit with status 141."""
+    exit with status 130 (SIGTERM, where a command asks for it, with 143) and a closed
+    stdout pipe into a quiet exit with status 141."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -95,6 +114,8 @@ class MainGroup(click.Group):
             raise
         except KeyboardInterrupt:
             _exit_now(EXIT_INTERRUPTED)
+        except Terminated:
+            _exit_now(EXIT_TERMINATED)
         except BrokenPipeError:
             _exit_on_broken_pipe()
         except Exception as exc:

@@ -20,6 +20,14 @@ from minikafka_cli.common import (
     key_values,
     one_topic,
     opt,
+    stop_cleanly_on_sigterm,
+)
+from minikafka_cli.line_reader import (
+    LineError,
+    LineFormat,
+    LineFormatError,
+    line_format,
+    parse_line,
 )
 from minikafka_cli.record_format import (
     FormatError,
@@ -60,7 +68,18 @@ def _preview(line: bytes, limit: int = 60) -> str:
 @opt(
     "--key-separator",
     help="Split each line into key and value at the first separator (a line without it "
-    "is an error).",
+    "is an error); the same as --property parse.key=true --property key.separator=SEP.",
+)
+@click.option(
+    "--property",
+    "properties",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A line-reader property of kafka-console-producer.sh: parse.key, parse.headers, "
+    "ignore.error (true/false), key.separator (tab), headers.delimiter (tab), "
+    "headers.separator (,), headers.key.separator (:), null.marker (a key or value equal "
+    "to it is sent as null) (repeatable). A line reads HEADERS<delimiter>KEY<separator>VALUE "
+    "with the parts asked for, e.g. --property parse.key=true --property key.separator=:.",
 )
 @opt("--partition", type=click.IntRange(min=0), help="Write every record to this partition.")
 @opt("--acks", type=ACKS, default="all", show_default=True, help="0, 1 or all (-1).")
@@ -93,6 +112,7 @@ def produce(
     bootstrap_server: str,
     topic: str | None,
     key_separator: str | None,
+    properties: tuple[str, ...],
     partition: int | None,
     acks: str,
     compression: str,
@@ -112,7 +132,13 @@ def produce(
     name = one_topic(topic_arg, topic)
     if key_separator is not None and not key_separator:
         raise click.BadParameter("must not be empty", param_hint="'--key-separator'")
-    separator = key_separator.encode() if key_separator else None
+    base = (
+        LineFormat(parse_key=True, key_separator=key_separator.encode()) if key_separator else None
+    )
+    try:
+        fmt = line_format(key_values(properties, "--property"), base)
+    except LineFormatError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--property'") from exc
     header_list = [(k, v.encode()) for k, v in key_values(headers, "--header").items()]
     if delivery_timeout_ms <= linger_ms:
         raise click.UsageError(
@@ -133,15 +159,18 @@ def produce(
     futures = []
     try:
         for number, line in enumerate(_read_lines(sys.stdin.buffer), start=1):
-            key: bytes | None = None
-            value = line
-            if separator is not None:
-                key, found, value = line.partition(separator)
-                if not found:
-                    fail(f"line {number} has no key separator {key_separator!r}: {_preview(line)}")
+            try:
+                record = parse_line(line, fmt)
+            except LineError as exc:
+                fail(f"line {number} {exc}: {_preview(line)}")
+            record_headers = record.headers + header_list
             futures.append(
                 producer.send(
-                    name, value, key=key, partition=partition, headers=header_list or None
+                    name,
+                    record.value,
+                    key=record.key,
+                    partition=partition,
+                    headers=record_headers or None,
                 )
             )
         producer.flush()
@@ -178,7 +207,17 @@ OFFSET_MAX = 2**63 - 1
 @click.argument("topic_arg", metavar="[TOPIC]", required=False)
 @opt("--topic", help="Topic to read (or give it as the argument).")
 @opt("--partition", type=click.IntRange(min=0), help="Read only this partition.")
-@opt("--from-beginning", is_flag=True, help="Start at the earliest offset (default: the end).")
+@opt(
+    "--group",
+    help="Consume as a member of this consumer group: the group's partitions, from its "
+    "committed offsets, committing what was printed (auto-commit, and on exit).",
+)
+@opt(
+    "--from-beginning",
+    is_flag=True,
+    help="Start at the earliest offset (default: the end); with --group, only for "
+    "partitions without a committed offset.",
+)
 @opt(
     "--offset",
     metavar="OFFSET",
@@ -217,6 +256,7 @@ def consume(
     bootstrap_server: str,
     topic: str | None,
     partition: int | None,
+    group: str | None,
     from_beginning: bool,
     offset: str | None,
     max_messages: int | None,
@@ -231,7 +271,9 @@ def consume(
 
     The topic is `--topic T` (as kafka-console-consumer) or the argument TOPIC. Exits
     after --max-messages records or --timeout-ms without one (status 0), or on Ctrl-C
-    (status 130, as Kafka's console consumer).
+    (status 130, as Kafka's console consumer). With --group it commits the offsets of
+    the records it printed and leaves the group before it exits (also on SIGTERM, with
+    status 143), so the next run with the same group goes on where this one stopped.
     """
     from client import Admin, Consumer, TopicPartition
 
@@ -248,7 +290,15 @@ def consume(
             "--output json prints every field of each record: it takes no --property, "
             "--print-key or --print-offset"
         )
+    if group is not None and partition is not None:
+        raise click.UsageError("Options group and partition cannot be specified together.")
+    if group is not None and not group.strip():
+        raise click.BadParameter("must not be empty", param_hint="'--group'")
     start = _parse_offset(offset)
+    if group is not None:
+        # A member killed by SIGTERM (a service manager, `timeout`) still commits what it
+        # printed and leaves the group, so the group rebalances at once.
+        stop_cleanly_on_sigterm()
     if start is not None and partition is None:
         raise click.UsageError("--offset needs --partition")
     if start is not None and from_beginning:
@@ -260,6 +310,7 @@ def consume(
         # reset position (a seek_to_beginning() right after assign() can lose the race
         # with that reset).
         auto_offset_reset="earliest" if from_beginning or start == "earliest" else "latest",
+        group_id=group,
         **client_security(),
     ) as consumer:
         with Admin(bootstrap_servers=bootstrap_server, **client_security()) as admin:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -220,3 +221,44 @@ def test_broker_flag_errors(tmp_path: Path) -> None:
         check=False,
     )
     assert "exclude each other" in both.stderr
+
+
+def test_produce_line_reader_properties(standalone_broker: StandaloneBroker) -> None:
+    """kafka-console-producer's `--property parse.headers/parse.key/null.marker`: each
+    line's headers, key and value arrive as written, markers as null."""
+    b = ["--bootstrap-server", standalone_broker.bootstrap]
+    mk("topic", "create", "parsed", *b)
+    lines = "h1:x,h2:y\tk1|v1\nh3:z\tNULL|v2\nNULL\tk3|NULL\n"
+    properties = [
+        *("--property", "parse.headers=true"),
+        *("--property", "parse.key=true"),
+        *("--property", "key.separator=|"),
+        *("--property", "null.marker=NULL"),
+    ]
+    mk("produce", "parsed", *properties, *b, stdin=lines)
+    read = mk(
+        "consume",
+        "parsed",
+        "--from-beginning",
+        "--output",
+        "json",
+        "--max-messages",
+        "3",
+        "--timeout-ms",
+        "10000",
+        *b,
+    ).stdout
+    records = [json.loads(line) for line in read.splitlines()]
+    assert [(r["key"], r["value"], r["headers"]) for r in records] == [
+        ("k1", "v1", [{"key": "h1", "value": "x"}, {"key": "h2", "value": "y"}]),
+        (None, "v2", [{"key": "h3", "value": "z"}]),
+        ("k3", None, []),
+    ]
+    unknown = mk("produce", "parsed", "--property", "parse.kee=true", *b, stdin="x\n", check=False)
+    assert unknown.returncode == 2
+    assert "unknown line-reader property 'parse.kee'" in unknown.stderr
+    missing = mk(
+        "produce", "parsed", "--property", "parse.key=true", *b, stdin="a\tb\nplain\n", check=False
+    )
+    assert missing.returncode == 1
+    assert missing.stderr.endswith("Error: line 2 has no key separator '\\t': 'plain'\n")

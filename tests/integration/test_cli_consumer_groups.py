@@ -159,3 +159,62 @@ def test_consumer_groups_tool(standalone_broker: StandaloneBroker) -> None:
     assert "need --group" in usage.stderr
     both = mk("consumer-groups", "--list", "--delete", "--group", GROUP, *boot, status=2)
     assert "exactly one of --list, --describe, --reset-offsets, --delete" in both.stderr
+
+
+def test_console_consumer_in_a_group(standalone_broker: StandaloneBroker) -> None:
+    """`consume --group`: a run commits what it printed, the next run of the group goes on
+    from there (--from-beginning only covers partitions without a committed offset), and
+    a member stopped by SIGTERM still commits and leaves the group."""
+    boot = ["--bootstrap-server", standalone_broker.bootstrap]
+    topic = "console"
+    mk("topic", "create", topic, "--partitions", "2", "--replication-factor", "1", *boot)
+    sent = {f"p{p}-{i}" for p in (0, 1) for i in range(3)}
+    with Producer(bootstrap_servers=standalone_broker.bootstrap) as producer:
+        for value in sorted(sent):
+            producer.send(topic, value.encode(), partition=int(value[1]))
+        producer.flush()
+
+    read = ["consume", topic, "--group", "console-group", "--from-beginning", "--timeout-ms"]
+    first = mk(*read, "60000", "--max-messages", "4", *boot).stdout.split()
+    assert len(first) == 4
+    described = rows(mk("consumer-groups", "--describe", "--group", "console-group", *boot).stdout)
+    assert sum(int(r[3]) for r in described) == 4
+    assert {r[6] for r in described} == {"-"}  # it left the group on exit
+    second = mk(*read, "60000", "--max-messages", "2", *boot).stdout.split()
+    assert sorted(first + second) == sorted(sent)
+    described = rows(mk("consumer-groups", "--describe", "--group", "console-group", *boot).stdout)
+    assert [r[3:6] for r in described] == [["3", "3", "0"], ["3", "3", "0"]]
+
+    member = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "minikafka",
+            "consume",
+            topic,
+            "--group",
+            "stopped",
+            "--from-beginning",
+            *boot,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ),
+    )
+    try:
+        assert member.stdout is not None
+        printed = [member.stdout.readline().strip() for _ in range(6)]
+        assert sorted(printed) == sorted(sent)
+        member.terminate()
+        assert member.wait(timeout=60) == 143
+    finally:
+        if member.poll() is None:
+            member.kill()
+            member.wait()
+    out = mk("consumer-groups", "--describe", "--group", "stopped", *boot).stdout
+    assert "Consumer group 'stopped' has no active members." in out
+    assert [r[3:6] for r in rows(out)] == [["3", "3", "0"], ["3", "3", "0"]]
+
+    both = mk("consume", topic, "--group", "g", "--partition", "0", *boot, status=2)
+    assert "Options group and partition cannot be specified together." in both.stderr
