@@ -311,6 +311,10 @@ class AsyncConsumer(PositionCalls):
         check_poll_args(timeout_ms, max_records)
         if self._group is not None:
             await self._group.on_poll()
+            # `on_poll` may wait (an auto-commit, a committed-offset lookup): a close
+            # begun meanwhile must not see this poll take records after it read the
+            # positions it commits.
+            self._check_not_closed()
         only = self.subscription_state.polled(partitions)
         return await self._runtime.delivery.take_within(
             max_records or self.config.max_poll_records,

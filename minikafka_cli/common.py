@@ -40,19 +40,51 @@ EXIT_TERMINATED = 143
 
 
 class Terminated(BaseException):
-    """SIGTERM, turned into an exception by `stop_cleanly_on_sigterm` so that `with`
-    blocks (a consumer leaving its group) run before the tool exits with status 143."""
+    """SIGTERM as an exception (see `GracefulStop`): `with` blocks run, then the tool
+    exits with status 143."""
 
 
-def stop_cleanly_on_sigterm() -> None:
-    """From now on SIGTERM unwinds the command like Ctrl-C does, then exits with 143
-    (as Kafka's tools run their shutdown hooks on SIGTERM)."""
-    import signal
+class GracefulStop:
+    """SIGINT / SIGTERM for a command that must stop at a safe point (a group member that
+    commits what it printed): the first signal only asks it to stop (`requested`); a
+    second one, while it still runs, interrupts it as a plain Ctrl-C would; once it is
+    `closing` (committing, leaving its group) further signals are ignored. The command
+    then calls `exit_if_requested` for the exit status of the signal (130 or 143), as
+    Kafka's tools run their shutdown hooks on either."""
 
-    def terminate(signum: int, frame: object) -> None:
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self.closing = False
+
+    def install(self) -> None:
+        import signal
+
+        signal.signal(signal.SIGINT, self._handle)
+        signal.signal(signal.SIGTERM, self._handle)
+
+    @property
+    def requested(self) -> bool:
+        return self.signum is not None
+
+    def _handle(self, signum: int, frame: object) -> None:
+        if self.closing:
+            return
+        if self.signum is None:
+            self.signum = signum
+            return
+        self._raise(signum)
+
+    @staticmethod
+    def _raise(signum: int) -> NoReturn:
+        import signal
+
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
         raise Terminated
 
-    signal.signal(signal.SIGTERM, terminate)
+    def exit_if_requested(self) -> None:
+        if self.signum is not None:
+            self._raise(self.signum)
 
 
 #: Set to see the Python traceback of an unexpected error instead of its one-line summary.

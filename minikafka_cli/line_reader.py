@@ -4,16 +4,20 @@ line reader (`--property parse.key=true --property key.separator=: ...`). PURE.
 Kafka's `LineMessageReader` reads, in this order and each only when asked for: the
 headers (`k1:v1,k2:v2`, ended by `headers.delimiter`, a tab), the key (ended by
 `key.separator`, a tab), then the value (the rest of the line). A key or value equal to
-`null.marker` (unset by default) is sent as null. Separators are plain strings here
-(Kafka's `headers.separator` is a regular expression).
+`null.marker` (unset by default) is sent as null. Differences: `headers.separator` is a
+plain string here (a regular expression in Kafka); unknown properties are refused (Kafka
+ignores them); a header value cannot be null (minikafka's headers carry bytes), so one
+equal to `null.marker` is an error and, with `ignore.error`, a header without its key
+separator gets an empty value.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 import msgspec
+
+from minikafka_cli.properties import property_changes
 
 
 class LineFormatError(ValueError):
@@ -58,7 +62,6 @@ _TEXT = {
     "headers.key.separator": "headers_key_separator",
     "null.marker": "null_marker",
 }
-PROPERTY_NAMES = sorted([*_BOOLEAN, *_TEXT])
 
 #: Pairs that may not be equal (Kafka refuses the same pairs), as field names.
 _DISTINCT = (
@@ -80,21 +83,14 @@ def line_format(properties: Mapping[str, str], base: LineFormat | None = None) -
     """`base` (the defaults) with Kafka line-reader `properties` applied. Unknown names,
     boolean properties that are not true/false, empty separators and separators that
     would make a line ambiguous raise `LineFormatError` naming what is wrong."""
-    changes: dict[str, Any] = {}
-    for name, value in properties.items():
-        if name in _BOOLEAN:
-            lowered = value.strip().lower()
-            if lowered not in ("true", "false"):
-                raise LineFormatError(f"property {name} takes true or false, got {value!r}")
-            changes[_BOOLEAN[name]] = lowered == "true"
-        elif name in _TEXT:
-            if not value:
-                raise LineFormatError(f"property {name} must not be empty")
-            changes[_TEXT[name]] = value.encode()
-        else:
-            raise LineFormatError(
-                f"unknown line-reader property {name!r} (known: {', '.join(PROPERTY_NAMES)})"
-            )
+    changes = property_changes(
+        properties,
+        booleans=_BOOLEAN,
+        texts=_TEXT,
+        kind="line-reader",
+        error=LineFormatError,
+        empty_texts=False,
+    )
     fmt = msgspec.structs.replace(base or LineFormat(), **changes)
     for first, second in _DISTINCT:
         if getattr(fmt, first) == getattr(fmt, second):
@@ -112,16 +108,34 @@ def _split(line: bytes, start: int, separator: bytes, what: str, fmt: LineFormat
         return index
     if fmt.ignore_error:
         return None
-    raise LineError(f"has no {what} {separator.decode(errors='backslashreplace')!r}")
+    raise LineError(f"has no {what} {_shown(separator)}")
 
 
 def _null(part: bytes, fmt: LineFormat) -> bytes | None:
     return None if part == fmt.null_marker else part
 
 
+def _shown(part: bytes) -> str:
+    """`part` quoted for a message: as text when it is UTF-8, as bytes when not."""
+    try:
+        return repr(part.decode("utf-8"))
+    except UnicodeDecodeError:
+        return repr(part)
+
+
+def _pairs(text: bytes, separator: bytes) -> list[bytes]:
+    """`text` split at `separator` as Java's `String.split` does it: trailing empty parts
+    are dropped (`a:1,` is one header, `,` none), an empty `text` is one empty part."""
+    parts = text.split(separator)
+    if text:
+        while parts and not parts[-1]:
+            parts.pop()
+    return parts
+
+
 def _headers(text: bytes, fmt: LineFormat) -> list[tuple[str, bytes]]:
     headers: list[tuple[str, bytes]] = []
-    for pair in text.split(fmt.headers_separator):
+    for pair in _pairs(text, fmt.headers_separator):
         key, found, value = pair.partition(fmt.headers_key_separator)
         if not found:
             if fmt.ignore_error:
@@ -130,20 +144,22 @@ def _headers(text: bytes, fmt: LineFormat) -> list[tuple[str, bytes]]:
                 value = b""
             else:
                 raise LineError(
-                    f"header {pair.decode(errors='backslashreplace')!r} has no header key "
-                    f"separator {fmt.headers_key_separator.decode(errors='backslashreplace')!r}"
+                    f"header {_shown(pair)} has no header key separator "
+                    f"{_shown(fmt.headers_key_separator)}"
                 )
         if key == fmt.null_marker:
-            raise LineError(f"a header key equals the null marker {key!r}: keys cannot be null")
+            raise LineError(
+                f"a header key equals the null marker {_shown(key)}: keys cannot be null"
+            )
         if value == fmt.null_marker:
             raise LineError(
-                f"the value of header {key!r} equals the null marker: minikafka header values "
-                "are bytes and cannot be null"
+                f"the value of header {_shown(key)} equals the null marker: minikafka "
+                "header values are bytes and cannot be null"
             )
         try:
             headers.append((key.decode("utf-8"), value))
         except UnicodeDecodeError as exc:
-            raise LineError(f"header key {key!r} is not UTF-8") from exc
+            raise LineError(f"header key {_shown(key)} is not UTF-8") from exc
     return headers
 
 

@@ -17,6 +17,8 @@ from typing import Any
 
 import msgspec
 
+from minikafka_cli.properties import property_changes
+
 #: Kafka's timestamp type names, by the record's timestamp type (0 create, 1 append).
 TIMESTAMP_TYPES = {0: "CreateTime", 1: "LogAppendTime"}
 
@@ -56,25 +58,14 @@ _TEXT = {
     "headers.key.separator": "headers_key_separator",
     "null.literal": "null_literal",
 }
-PROPERTY_NAMES = sorted([*_BOOLEAN, *_TEXT])
 
 
 def text_format(properties: Mapping[str, str], base: TextFormat | None = None) -> TextFormat:
     """`base` (the defaults) with Kafka formatter `properties` applied; unknown names and
     non-boolean values of print.* raise `FormatError` naming the valid ones."""
-    changes: dict[str, Any] = {}
-    for name, value in properties.items():
-        if name in _BOOLEAN:
-            lowered = value.strip().lower()
-            if lowered not in ("true", "false"):
-                raise FormatError(f"property {name} takes true or false, got {value!r}")
-            changes[_BOOLEAN[name]] = lowered == "true"
-        elif name in _TEXT:
-            changes[_TEXT[name]] = value.encode()
-        else:
-            raise FormatError(
-                f"unknown formatter property {name!r} (known: {', '.join(PROPERTY_NAMES)})"
-            )
+    changes = property_changes(
+        properties, booleans=_BOOLEAN, texts=_TEXT, kind="formatter", error=FormatError
+    )
     return msgspec.structs.replace(base or TextFormat(), **changes)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from collections.abc import Iterable
 from typing import Any
@@ -11,6 +12,7 @@ import click
 from minikafka.errors import MiniKafkaError
 from minikafka_cli.common import (
     CONTEXT_SETTINGS,
+    GracefulStop,
     bootstrap_option,
     client_security,
     config_file_option,
@@ -20,7 +22,6 @@ from minikafka_cli.common import (
     key_values,
     one_topic,
     opt,
-    stop_cleanly_on_sigterm,
 )
 from minikafka_cli.line_reader import (
     LineError,
@@ -295,10 +296,12 @@ def consume(
     if group is not None and not group.strip():
         raise click.BadParameter("must not be empty", param_hint="'--group'")
     start = _parse_offset(offset)
+    stop: GracefulStop | None = None
     if group is not None:
-        # A member killed by SIGTERM (a service manager, `timeout`) still commits what it
-        # printed and leaves the group, so the group rebalances at once.
-        stop_cleanly_on_sigterm()
+        # A member stopped by Ctrl-C or SIGTERM (a service manager, `timeout`) finishes
+        # printing what it polled, commits exactly that and leaves the group, so the
+        # group rebalances at once and the next member starts after the last line shown.
+        stop = GracefulStop()
     if start is not None and partition is None:
         raise click.UsageError("--offset needs --partition")
     if start is not None and from_beginning:
@@ -329,13 +332,22 @@ def consume(
                 consumer.seek(tp, start)
         else:
             consumer.subscribe([name])
-        _print_records(
-            consumer,
-            max_messages=max_messages,
-            timeout_ms=timeout_ms,
-            fmt=None if output == "json" else fmt,
-            print_offset=print_offset,
-        )
+        if stop is not None:
+            stop.install()
+        try:
+            _print_records(
+                consumer,
+                max_messages=max_messages,
+                timeout_ms=timeout_ms,
+                fmt=None if output == "json" else fmt,
+                print_offset=print_offset,
+                stop=stop,
+            )
+        finally:
+            if stop is not None:
+                stop.closing = True  # leaving `with` commits and leaves: not interrupted
+    if stop is not None:
+        stop.exit_if_requested()
 
 
 def _warn_outside_log(consumer: Any, tp: Any, offset: int) -> None:
@@ -359,14 +371,18 @@ def _print_records(
     timeout_ms: int | None,
     fmt: TextFormat | None,
     print_offset: bool,
+    stop: GracefulStop | None = None,
 ) -> None:
-    """Print polled records: Kafka's formatter with `fmt`, JSON lines without."""
+    """Print polled records: Kafka's formatter with `fmt`, JSON lines without. Returns
+    after a whole polled batch once `stop` is requested. A batch cut short (a closed
+    pipe, a second Ctrl-C) seeks each of its partitions back to the first record not
+    printed, as Kafka's console consumer does, so a group commits only what was shown."""
     import time
 
     out = sys.stdout.buffer
     seen = 0
     idle_since = time.monotonic()
-    while max_messages is None or seen < max_messages:
+    while (max_messages is None or seen < max_messages) and not (stop and stop.requested):
         wait_ms = 200
         if timeout_ms is not None:
             left_ms = timeout_ms - (time.monotonic() - idle_since) * 1000
@@ -378,15 +394,25 @@ def _print_records(
                 break
             continue
         idle_since = time.monotonic()
-        for records in batch.values():
-            for record in records:
-                if max_messages is not None and seen >= max_messages:
-                    break
-                if fmt is None:
-                    out.write(format_json(record))
+        #: Per partition of the batch, the offset of its first record not printed yet.
+        unprinted = {tp: records[0].offset for tp, records in batch.items() if records}
+        try:
+            for tp, records in batch.items():
+                for record in records:
+                    if max_messages is not None and seen >= max_messages:
+                        break  # never more than asked for; the rest is sought back to
+                    if fmt is None:
+                        out.write(format_json(record))
+                    else:
+                        if print_offset:
+                            out.write(f"{record.partition}:{record.offset}\t".encode())
+                        out.write(format_text(record, fmt))
+                    seen += 1
+                    unprinted[tp] = record.offset + 1
                 else:
-                    if print_offset:
-                        out.write(f"{record.partition}:{record.offset}\t".encode())
-                    out.write(format_text(record, fmt))
-                seen += 1
-        out.flush()
+                    unprinted.pop(tp, None)
+            out.flush()
+        finally:
+            for tp, offset in unprinted.items():
+                with contextlib.suppress(Exception):
+                    consumer.seek(tp, offset)

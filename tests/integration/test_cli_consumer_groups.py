@@ -17,6 +17,9 @@ from tests.support.cluster import wait_until
 pytestmark = pytest.mark.integration
 
 GROUP = "reports"
+MINIKAFKA = [sys.executable, "-m", "minikafka"]
+#: A console member that reads from the start and exits when nothing came for a minute.
+FROM_START_FOR_A_MINUTE = ["--from-beginning", "--timeout-ms", "60000"]
 TOPIC = "orders"
 
 
@@ -186,17 +189,7 @@ def test_console_consumer_in_a_group(standalone_broker: StandaloneBroker) -> Non
     assert [r[3:6] for r in described] == [["3", "3", "0"], ["3", "3", "0"]]
 
     member = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "minikafka",
-            "consume",
-            topic,
-            "--group",
-            "stopped",
-            "--from-beginning",
-            *boot,
-        ],
+        [*MINIKAFKA, "consume", topic, "--group", "stopped", *FROM_START_FOR_A_MINUTE, *boot],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -207,7 +200,8 @@ def test_console_consumer_in_a_group(standalone_broker: StandaloneBroker) -> Non
         printed = [member.stdout.readline().strip() for _ in range(6)]
         assert sorted(printed) == sorted(sent)
         member.terminate()
-        assert member.wait(timeout=60) == 143
+        _, err = member.communicate(timeout=60)
+        assert member.returncode == 143, err
     finally:
         if member.poll() is None:
             member.kill()
@@ -218,3 +212,47 @@ def test_console_consumer_in_a_group(standalone_broker: StandaloneBroker) -> Non
 
     both = mk("consume", topic, "--group", "g", "--partition", "0", *boot, status=2)
     assert "Options group and partition cannot be specified together." in both.stderr
+
+
+def test_console_group_member_commits_only_what_it_printed(
+    standalone_broker: StandaloneBroker,
+) -> None:
+    """SIGTERM while `consume --group` is blocked writing a polled batch to a pipe nobody
+    reads yet: it finishes that batch, commits exactly what it printed and leaves, so
+    the group resumes after the last line shown (Kafka's console consumer seeks back to
+    the first record it did not print before it closes)."""
+    boot = ["--bootstrap-server", standalone_broker.bootstrap]
+    topic = "bulk"
+    mk("topic", "create", topic, "--partitions", "1", "--replication-factor", "1", *boot)
+    count = 3_000
+    with Producer(bootstrap_servers=standalone_broker.bootstrap) as producer:
+        for i in range(count):
+            # 1 KiB lines: one polled batch is far larger than the pipe's 64 KiB buffer.
+            producer.send(topic, f"{i:06d}".encode() + b"x" * 1018)
+        producer.flush()
+    member = subprocess.Popen(
+        [*MINIKAFKA, "consume", topic, "--group", "bulk-group", *FROM_START_FOR_A_MINUTE, *boot],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=dict(os.environ),
+        bufsize=0,  # unbuffered: `communicate` reads the pipe itself, after `readline`
+    )
+    try:
+        assert member.stdout is not None
+        first = member.stdout.readline()
+        assert first.startswith(b"000000"), first
+        member.terminate()  # most likely while blocked on the full pipe, mid-batch
+        rest, err = member.communicate(timeout=120)
+        assert member.returncode == 143, err
+    finally:
+        if member.poll() is None:
+            member.kill()
+            member.wait()
+    lines = [first, *rest.splitlines(keepends=True)]
+    assert all(line.endswith(b"\n") for line in lines)
+    printed = len(lines)
+    assert [int(line[:6]) for line in lines] == list(range(printed))
+    assert printed < count  # it stopped: the test covered a stop, not the end of the log
+    out = mk("consumer-groups", "--describe", "--group", "bulk-group", *boot).stdout
+    assert "Consumer group 'bulk-group' has no active members." in out
+    assert [r[3] for r in rows(out)] == [str(printed)]

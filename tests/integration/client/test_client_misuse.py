@@ -259,3 +259,55 @@ def test_admin_takes_one_topic_name_and_number_configs(
         )
         with pytest.raises(UnknownTopicOrPartitionError, match="topic 'nope' does not exist"):
             admin.describe_topics(["nope"])
+
+
+def test_a_poll_waiting_in_its_group_step_takes_nothing_once_stop_began(
+    standalone_broker: StandaloneBroker,
+) -> None:
+    """A `getmany` parked in the group's poll step (an auto-commit, a committed-offset
+    lookup) while `stop()` begins raises ConsumerStoppedError when it resumes: taking
+    buffered records then would hand them out after the close read the positions it
+    commits, so the group would commit records nobody was given back in time."""
+    import asyncio
+
+    create(standalone_broker, "closing")
+    produce(standalone_broker, "closing", [b"%d" % i for i in range(10)])
+
+    async def main() -> None:
+        consumer = AsyncConsumer(
+            bootstrap_servers=standalone_broker.bootstrap,
+            group_id="closing-readers",
+            auto_offset_reset="earliest",
+        )
+        await consumer.start()
+        try:
+            consumer.subscribe(["closing"])
+            async with asyncio.timeout(30):
+                first: dict[TopicPartition, list[ConsumerRecord]] = {}
+                while not first:
+                    first = await consumer.getmany(timeout_ms=100, max_records=1)
+            assert offsets(first) == {TopicPartition("closing", 0): [0]}  # 1-9 are buffered
+            group = consumer._group
+            assert group is not None
+            parked, release = asyncio.Event(), asyncio.Event()
+            step = group.on_poll
+
+            async def park_then_step() -> None:
+                parked.set()
+                await release.wait()
+                await step()
+
+            group.on_poll = park_then_step  # type: ignore[method-assign]
+            poll = asyncio.ensure_future(consumer.getmany(timeout_ms=1000))
+            await parked.wait()
+            stopping = asyncio.ensure_future(consumer.stop())
+            await asyncio.sleep(0)  # one loop turn: the stop task runs its first step
+            assert consumer._closed  # stop() marks the consumer closed before it waits
+            release.set()
+            with pytest.raises(ConsumerStoppedError):
+                await poll
+            await stopping
+        finally:
+            await consumer.stop()
+
+    asyncio.run(main())

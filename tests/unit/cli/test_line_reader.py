@@ -90,6 +90,24 @@ def parsed(
         ),
         pytest.param({**KEYED, "parse.key": " TRUE "}, b"k\tv", parsed(b"v", b"k"), id="bool-case"),
         pytest.param(
+            {"parse.headers": "true"},
+            b"a:1,\tv",
+            parsed(b"v", None, [("a", b"1")]),
+            id="trailing-header-separator-dropped-as-java-split",
+        ),
+        pytest.param(
+            {"parse.headers": "true"},
+            b",,\tv",
+            parsed(b"v"),
+            id="only-header-separators-are-no-headers",
+        ),
+        pytest.param(
+            {**FULL, "ignore.error": "true"},
+            b"a:1\tv",
+            parsed(b"v", None, [("a", b"1")]),
+            id="ignore-error-headers-then-no-key-separator",
+        ),
+        pytest.param(
             {**KEYED, "key.separator": "\u00e9"},
             "k\u00e9v".encode(),
             parsed(b"v", b"k"),
@@ -121,7 +139,7 @@ def test_parse_line(properties: dict[str, str], line: bytes, record: ParsedLine)
         pytest.param(
             {"parse.headers": "true", "null.marker": "N"},
             b"N:1\tv",
-            "keys cannot be null",
+            "a header key equals the null marker 'N': keys cannot be null",
             id="null-header-key",
         ),
         pytest.param(
@@ -131,7 +149,10 @@ def test_parse_line(properties: dict[str, str], line: bytes, record: ParsedLine)
             id="null-header-value",
         ),
         pytest.param(
-            {"parse.headers": "true"}, b"\xff:1\tv", "is not UTF-8", id="header-key-not-utf8"
+            {"parse.headers": "true"},
+            b"\xff:1\tv",
+            "header key b'\\xff' is not UTF-8",
+            id="header-key-not-utf8",
         ),
     ],
 )
